@@ -1,0 +1,73 @@
+# headsweep: `make help` lists the targets. On a fresh clone, `make train` and `make test` set
+# everything up themselves (a .venv with the CPU build of torch, then this package).
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+PY := .venv/bin/python
+TORCH := torch==2.13.0
+SETUP_STAMP := .venv/.setup-done
+export WANDB_MODE ?= offline
+export WANDB_SILENT ?= true
+export HYDRA_FULL_ERROR ?= 0
+
+# Hydra overrides for any training target, e.g. make train ARGS="model.heads=4 seed=2"
+ARGS ?=
+SWEEP ?= table3_a
+SEEDS ?= 1
+BUDGET ?=
+DRY ?=
+LAUNCHER ?=
+CKPT ?=
+SPLIT ?=
+BEAM ?=
+ALPHA ?=
+AVG ?=
+
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze clean
+
+help:  ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(SETUP_STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: the local CPU build. Unpinned, pip would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $@
+
+setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
+
+train: setup  ## Train the default model on Multi30k de->en (about 25 min on 2 CPU cores)
+	$(PY) -m headsweep.train $(ARGS)
+
+smoke: setup  ## The whole path on a slice of the data in about a minute
+	$(PY) -m headsweep.train experiment=smoke $(ARGS)
+
+test: setup  ## Fast tests (under ~10 min)
+	$(PY) -m pytest -q
+
+test-all: setup  ## All tests, slow ones included
+	$(PY) -m pytest -q -m ""
+
+bench: setup  ## Speed: training tokens/s and MFU vs a plain nn.Transformer loop, attention, decoding
+	$(PY) -m headsweep.bench $(ARGS)
+
+params: setup  ## Parameter counts of every Table 3 row beside the paper's (no data, no training)
+	$(PY) -m headsweep.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)
+
+evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_flickr BEAM=4 ALPHA=0.6 AVG=5]
+	$(PY) -m headsweep.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
+		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
+
+sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=short LAUNCHER=joblib DRY=1]
+	$(PY) -m headsweep.sweep --sweep $(SWEEP) --seeds $(SEEDS) $(if $(BUDGET),--budget $(BUDGET)) \
+		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(DRY),--dry) $(ARGS)
+
+report: setup  ## Write reports/<sweep>.md + .html from the sweep's results.json files: make report SWEEP=table3_a
+	$(PY) -m headsweep.report --sweep $(SWEEP) $(ARGS)
+
+analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
+	$(PY) -m headsweep.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
+
+clean:  ## Remove run outputs and caches (keeps .venv)
+	rm -rf outputs multirun wandb lightning_logs .cache reports .pytest_cache .hypothesis

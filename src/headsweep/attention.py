@@ -1,0 +1,239 @@
+"""Multi-head attention with independent head count h, query/key size d_k and value size d_v.
+
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)         W^Q, W^K: d_model -> d_k,  W^V: d_model -> d_v
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+    MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O      W^O: h*d_v -> d_model
+
+xi are the head gates of Michel et al. 2019 (all ones unless set): xi_i = 0 removes head i, and
+dL/dxi_i is head i's importance. Vaswani et al. 2017, Table 3, rows A and B vary h, d_k and d_v.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+IMPLS = ("fused", "per_head")
+KERNELS = ("auto", "math", "sdpa")
+_LAYOUT = {"fused": "proj", "per_head": "heads"}  # attribute suffix of the Q/K/V projections
+
+
+@dataclass
+class KVCache:
+    """Keys and values already projected, (B, h, T, d_k) and (B, h, T, d_v).
+
+    Decoder self-attention appends one step at a time; cross-attention fills it once per
+    sentence from the encoder output and reuses it for every step.
+    """
+
+    k: Tensor | None = None
+    v: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search keeps the surviving hypotheses)."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+
+
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k)) over keys; mask is boolean, True = may attend."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with h heads of query/key size d_k and value size d_v.
+
+    impl="fused": one projection each for Q, K and V, split into heads (the usual form).
+    impl="per_head": a separate small projection per head, as the paper's equations are written.
+    Both have the same parameters, laid out differently; `convert_impl` maps one to the other.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        impl: str = "fused",
+        kernel: str = "auto",
+        head_dropout: float = 0.0,
+    ):
+        super().__init__()
+        if heads < 1:
+            raise ValueError(f"heads must be >= 1, got {heads}")
+        if (d_k is None or d_v is None) and d_model % heads:
+            raise ValueError(
+                f"heads={heads} does not divide d_model={d_model}: set d_k and d_v explicitly "
+                f"(e.g. model.d_k={max(1, d_model // heads)} model.d_v={max(1, d_model // heads)})"
+            )
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+        if not 0.0 <= head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.d_model, self.heads = d_model, heads
+        self.d_k = d_k if d_k is not None else d_model // heads
+        self.d_v = d_v if d_v is not None else d_model // heads
+        if self.d_k < 1 or self.d_v < 1:
+            raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
+        self.impl, self.kernel, self.dropout, self.head_dropout = impl, kernel, dropout, head_dropout
+        h, dk, dv = heads, self.d_k, self.d_v
+        if impl == "fused":
+            self.q_proj = nn.Linear(d_model, h * dk, bias=bias)
+            self.k_proj = nn.Linear(d_model, h * dk, bias=bias)
+            self.v_proj = nn.Linear(d_model, h * dv, bias=bias)
+        else:
+            self.q_heads = nn.ModuleList(nn.Linear(d_model, dk, bias=bias) for _ in range(h))
+            self.k_heads = nn.ModuleList(nn.Linear(d_model, dk, bias=bias) for _ in range(h))
+            self.v_heads = nn.ModuleList(nn.Linear(d_model, dv, bias=bias) for _ in range(h))
+        self.out_proj = nn.Linear(h * dv, d_model, bias=bias)
+        # Analysis hooks, not training state: a default gate xi used when forward() gets none, and
+        # a switch that makes forward() keep its attention weights in `last_weights`.
+        self.gate: Tensor | None = None
+        self.record_weights = False
+        self.last_weights: Tensor | None = None
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        # Xavier-uniform on each projection, as torch.nn.MultiheadAttention does on its packed weight.
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def _project(self, x: Tensor, which: str) -> Tensor:
+        """(B, T, d_model) -> (B, h, T, d) for which in {q, k, v}."""
+        B, T, _ = x.shape
+        if self.impl == "fused":
+            y = getattr(self, f"{which}_proj")(x)  # (B, T, h*d)
+            return y.view(B, T, self.heads, -1).transpose(1, 2)
+        return torch.stack([p(x) for p in getattr(self, f"{which}_heads")], dim=1)  # (B, h, T, d)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        gate: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from x (B, Tq, d_model) to memory (B, Tk, d_model), or to x itself if memory is None.
+
+        key_padding_mask: (B, Tk) bool, True at padding (torch's convention).
+        causal: position i attends to keys <= i (offset by what the cache already holds).
+        gate: head gates xi, shape (h,) or (B, h); defaults to self.gate.
+        cache: self-attention appends this step's keys/values; cross-attention computes them once.
+        Returns (output (B, Tq, d_model), weights (B, h, Tq, Tk) or None).
+        """
+        B, Tq, _ = x.shape
+        q = self._project(x, "q")  # (B, h, Tq, d_k)
+        if memory is None:  # self-attention: keys/values from x, appended to what the cache holds
+            k, v = self._project(x, "k"), self._project(x, "v")
+            if cache is not None:
+                if cache.k is not None:
+                    k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
+                cache.k, cache.v = k, v
+        elif cache is not None and cache.k is not None:  # cross-attention, encoder keys cached
+            k, v = cache.k, cache.v
+        else:
+            k, v = self._project(memory, "k"), self._project(memory, "v")
+            if cache is not None:
+                cache.k, cache.v = k, v
+        Tk = k.size(2)
+
+        mask = None  # boolean (B or 1, 1, Tq or 1, Tk), True = may attend
+        if key_padding_mask is not None:
+            mask = ~key_padding_mask[:, None, None, :]
+        if causal and Tq > 1:
+            offset = Tk - Tq  # keys already in the cache precede the queries
+            allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=x.device).tril(diagonal=offset)
+            mask = allowed if mask is None else mask & allowed
+
+        need_weights = need_weights or self.record_weights
+        weights = None
+        if need_weights or not self._use_sdpa(x):
+            weights = attention_weights(q, k, mask)  # (B, h, Tq, Tk)
+            if self.record_weights:
+                self.last_weights = weights.detach()
+            p = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
+            heads = p @ v  # (B, h, Tq, d_v)
+        else:
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+            )
+
+        gate = self._gate(gate, B, x)
+        if gate is not None:
+            heads = heads * gate.view(gate.shape[0] if gate.dim() == 2 else 1, self.heads, 1, 1)
+        out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, self.heads * self.d_v))
+        return out, (weights if need_weights else None)
+
+    def _use_sdpa(self, x: Tensor) -> bool:
+        # Measured (make bench): on CPU under bf16 autocast the plain matmul-softmax-matmul path is
+        # several times faster than scaled_dot_product_attention at h >= 8 (SDPA's CPU kernel upcasts
+        # and loops over heads); in fp32 they are close. On a GPU SDPA's fused kernels win.
+        if self.kernel != "auto":
+            return self.kernel == "sdpa"
+        return x.device.type == "cuda"
+
+    def _gate(self, gate: Tensor | None, B: int, x: Tensor) -> Tensor | None:
+        """The gate xi for this call: the given one (or self.gate), times head dropout when training."""
+        gate = self.gate if gate is None else gate
+        if self.training and self.head_dropout > 0:
+            # Drop whole heads per sentence, rescaled so the expected output is unchanged.
+            keep = 1.0 - self.head_dropout
+            drop = torch.empty(B, self.heads, device=x.device).bernoulli_(keep) / keep
+            gate = drop if gate is None else gate * drop
+        return gate
+
+    def extra_repr(self) -> str:
+        return f"heads={self.heads}, d_k={self.d_k}, d_v={self.d_v}, impl={self.impl}"
+
+
+def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
+    """A copy of `mha` in the other layout (fused <-> per_head) computing the same function."""
+    bias = mha.out_proj.bias is not None
+    new = MultiHeadAttention(
+        mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout
+    ).to(mha.out_proj.weight)
+    h = mha.heads
+    with torch.no_grad():
+        new.out_proj.load_state_dict(mha.out_proj.state_dict())
+        for which in "qkv":
+            if impl == mha.impl:
+                src, dst = getattr(mha, f"{which}_{_LAYOUT[impl]}"), getattr(new, f"{which}_{_LAYOUT[impl]}")
+                dst.load_state_dict(src.state_dict())
+            elif impl == "per_head":  # split the fused (h*d, d_model) weight into h blocks of rows
+                fused, heads = getattr(mha, f"{which}_proj"), getattr(new, f"{which}_heads")
+                for i, head in enumerate(heads):
+                    head.weight.copy_(fused.weight.chunk(h, 0)[i])
+                    if bias:
+                        head.bias.copy_(fused.bias.chunk(h, 0)[i])
+            else:  # stack the per-head weights back into one
+                heads, fused = getattr(mha, f"{which}_heads"), getattr(new, f"{which}_proj")
+                fused.weight.copy_(torch.cat([p.weight for p in heads], 0))
+                if bias:
+                    fused.bias.copy_(torch.cat([p.bias for p in heads], 0))
+    return new
+
+
+def attention_param_count(d_model: int, heads: int, d_k: int, d_v: int, bias: bool = True) -> int:
+    """Closed form: h*d_model*(2 d_k + d_v) for W^Q, W^K, W^V, plus h*d_v*d_model for W^O (+ biases)."""
+    n = heads * d_model * (2 * d_k + d_v) + heads * d_v * d_model
+    if bias:
+        n += heads * (2 * d_k + d_v) + d_model
+    return n

@@ -1,0 +1,245 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017) built on headsweep's MultiHeadAttention.
+
+Plain PyTorch: no Hydra, Lightning or W&B here. One config object, `TransformerConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from headsweep.attention import KVCache, MultiHeadAttention
+
+POSITIONS = ("sinusoidal", "learned")
+ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int = 8000
+    d_model: int = 256
+    n_layers: int = 3  # N: layers in the encoder and in the decoder
+    heads: int = 8
+    d_k: int | None = None  # query/key size per head; None = d_model / heads
+    d_v: int | None = None  # value size per head; None = d_model / heads
+    d_ff: int = 1024
+    dropout: float = 0.1  # P_drop: on sublayer outputs and embedding sums
+    attn_dropout: float = 0.0  # on attention weights
+    head_dropout: float = 0.0  # drop whole heads per sentence during training
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    max_len: int = 512  # longest sequence with a learned position
+    tie_embeddings: bool = True  # one joint source/target embedding, also the output projection
+    pad_id: int = 0
+    impl: str = "fused"  # attention layout: "fused" or "per_head"
+    kernel: str = "auto"  # attention kernel: "auto", "math" or "sdpa"
+
+    def __post_init__(self):
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        for name in ("vocab_size", "d_model", "n_layers", "heads", "d_ff", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+@dataclass
+class LayerCache:
+    """Incremental-decoding state of one decoder layer."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
+def sinusoidal_positions(n: int, d: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); (n, d)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(pos * inv)
+    pe[:, 1::2] = torch.cos(pos * inv)[:, : d // 2]
+    return pe
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (no dropout inside: the paper drops only sublayer outputs)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(torch.relu(self.w1(x)))
+
+
+class Residual(nn.Module):
+    """x + Dropout(sublayer(x)) with LayerNorm after (post-norm, the paper) or before (pre-norm)."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, dropout=cfg.attn_dropout,
+        impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout,
+    )
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn, self.ff = _attention(cfg), FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x: Tensor, src_pad: Tensor) -> Tensor:
+        x = self.res_attn(x, lambda y: self.self_attn(y, key_padding_mask=src_pad)[0])
+        return self.res_ff(x, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn, self.cross_attn = _attention(cfg), _attention(cfg)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff)
+        self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x: Tensor, memory: Tensor, src_pad: Tensor, cache: LayerCache | None = None) -> Tensor:
+        self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache else (None, None)
+        x = self.res_self(x, lambda y: self.self_attn(y, causal=True, cache=self_cache)[0])
+        x = self.res_cross(
+            x, lambda y: self.cross_attn(y, memory, key_padding_mask=src_pad, cache=cross_cache)[0]
+        )
+        return self.res_ff(x, self.ff)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        # Untied: separate target embedding and output projection (three matrices, as without sharing).
+        self.tgt_embed = None if cfg.tie_embeddings else nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        self.out_proj = None if cfg.tie_embeddings else nn.Linear(d, cfg.vocab_size, bias=False)
+        if cfg.positions == "learned":
+            self.pos = nn.Embedding(cfg.max_len, d)
+        else:
+            self.register_buffer("pe", sinusoidal_positions(cfg.max_len, d), persistent=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        # Pre-norm leaves the residual stream unnormalised: normalise each stack's output once.
+        self.enc_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        for emb in (self.embed, self.tgt_embed):
+            if emb is not None:  # N(0, d^-1/2): after the sqrt(d) scale, unit-variance inputs
+                nn.init.normal_(emb.weight, 0.0, d**-0.5)
+                with torch.no_grad():
+                    emb.weight[cfg.pad_id].zero_()
+
+    def _embed(self, tokens: Tensor, emb: nn.Embedding, start: int = 0) -> Tensor:
+        """Token embeddings scaled by sqrt(d_model) plus positions; (B, T) -> (B, T, d_model)."""
+        T = tokens.size(1)
+        if start + T > self.cfg.max_len:
+            raise ValueError(f"sequence of {start + T} tokens exceeds model.max_len={self.cfg.max_len}")
+        pos = self.pos.weight[start : start + T] if self.cfg.positions == "learned" else self.pe[start : start + T]
+        return self.dropout(emb(tokens) * math.sqrt(self.cfg.d_model) + pos)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) -> memory (B, S, d_model) and its padding mask (B, S), True at padding."""
+        src_pad = src.eq(self.cfg.pad_id)
+        x = self._embed(src, self.embed)
+        for layer in self.encoder:
+            x = layer(x, src_pad)
+        return self.enc_norm(x), src_pad
+
+    def decode(
+        self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor, cache: list[LayerCache] | None = None
+    ) -> Tensor:
+        """tgt_in (B, T) -> logits (B, T, vocab). With a cache, tgt_in holds only the new step(s)."""
+        return self.logits(self.decode_hidden(tgt_in, memory, src_pad, cache))
+
+    def decode_hidden(
+        self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor, cache: list[LayerCache] | None = None
+    ) -> Tensor:
+        """The decoder's output states (B, T, d_model), before the output projection."""
+        start = 0
+        if cache is not None and cache[0].self_attn.k is not None:
+            start = cache[0].self_attn.k.size(2)
+        x = self._embed(tgt_in, self.tgt_embed or self.embed, start)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, src_pad, cache[i] if cache is not None else None)
+        return self.dec_norm(x)
+
+    @property
+    def output_weight(self) -> Tensor:
+        """(vocab, d_model): the output projection, which is the embedding when tied."""
+        return self.out_proj.weight if self.out_proj is not None else self.embed.weight
+
+    def logits(self, x: Tensor) -> Tensor:
+        return x @ self.output_weight.t()
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        memory, src_pad = self.encode(src)
+        return self.decode(tgt_in, memory, src_pad)
+
+    def new_cache(self) -> list[LayerCache]:
+        return [LayerCache() for _ in self.decoder]
+
+    def attention_layers(self, kind: str) -> list[MultiHeadAttention]:
+        """The attention modules of one kind ("enc_self", "dec_self" or "cross"), layer by layer."""
+        if kind == "enc_self":
+            return [layer.self_attn for layer in self.encoder]
+        if kind == "dec_self":
+            return [layer.self_attn for layer in self.decoder]
+        if kind == "cross":
+            return [layer.cross_attn for layer in self.decoder]
+        raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+
+
+def reorder_cache(cache: list[LayerCache], index: Tensor) -> None:
+    for layer in cache:
+        layer.self_attn.reorder(index)
+        layer.cross_attn.reorder(index)
+
+
+def count_parameters(model: Transformer) -> dict[str, int]:
+    """Parameters by part: embeddings (tied matrices once), attention by kind, feed-forward, norms."""
+    parts = dict.fromkeys(["embeddings", "attn_enc_self", "attn_dec_self", "attn_cross", "ffn", "norms"], 0)
+    seen: set[int] = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:  # a tied weight counts once
+            continue
+        seen.add(id(p))
+        if name.startswith(("embed.", "tgt_embed.", "out_proj.", "pos.")):
+            part = "embeddings"
+        elif ".self_attn." in name:
+            part = "attn_enc_self" if name.startswith("encoder.") else "attn_dec_self"
+        elif ".cross_attn." in name:
+            part = "attn_cross"
+        elif ".ff." in name:
+            part = "ffn"
+        elif "norm" in name:
+            part = "norms"
+        else:
+            raise AssertionError(f"parameter {name} belongs to no part")
+        parts[part] += p.numel()
+    parts["attention"] = parts["attn_enc_self"] + parts["attn_dec_self"] + parts["attn_cross"]
+    parts["total"] = sum(p.numel() for p in model.parameters())
+    parts["non_embedding"] = parts["total"] - parts["embeddings"]
+    return parts

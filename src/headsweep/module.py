@@ -1,0 +1,174 @@
+"""LightningModule: label-smoothed training of the Transformer, BLEU on greedy/beam decodes."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytorch_lightning as pl
+import sacrebleu
+import torch
+from torch import Tensor
+
+from headsweep import decoding
+from headsweep.losses import linear_cross_entropy
+from headsweep.model import Transformer, TransformerConfig, count_parameters
+
+
+def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
+    """The paper's shape, min(step / warmup, sqrt(warmup / step)): 1.0 at the end of warm-up."""
+    step = max(step, 1)
+    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
+    """sacreBLEU BLEU and chrF on detokenised text, with their signatures."""
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
+    return {
+        "bleu": b.score, "chrf": c.score,
+        "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+class TranslationModule(pl.LightningModule):
+    """Trains `Transformer` with label-smoothed cross-entropy and Adam under the inverse-sqrt schedule.
+
+    peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak; a number sets
+    the peak directly (the same schedule, rescaled).
+    """
+
+    def __init__(
+        self,
+        model: dict,
+        vocab_size: int,
+        tokenizer_json: str,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+        label_smoothing: float = 0.1,
+        peak_lr: float | None = 1e-3,
+        warmup_steps: int = 1000,
+        betas: tuple[float, float] = (0.9, 0.98),
+        eps: float = 1e-9,
+        weight_decay: float = 0.0,
+        eval_every: int = 1,
+        max_len_extra: int = 50,
+        test_beam_size: int = 4,
+        length_penalty: float = 0.6,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
+        from headsweep.data import load_tokenizer  # data imports datasets: only needed here
+
+        self.tokenizer = load_tokenizer(tokenizer_json)
+        self.param_counts = count_parameters(self.net)
+        self._eval_outputs: list[tuple[Tensor, list[str]]] = []
+        self.hypotheses: dict[str, list[str]] = {}  # split -> hypotheses in file order (test)
+        self.scores: dict[str, dict] = {}
+        self._train_tokens, self._train_seconds, self._t0 = 0, 0.0, None
+
+    # ----- training -----
+    def loss(self, batch: dict, smoothing: float | None = None) -> tuple[Tensor, int]:
+        """Cross-entropy per target token, padding excluded; label-smoothed unless smoothing=0."""
+        memory, src_pad = self.net.encode(batch["src"])
+        hidden = self.net.decode_hidden(batch["tgt_in"], memory, src_pad)  # (B, T, d_model)
+        real = batch["tgt_out"].ne(self.hparams.pad_id)
+        loss = linear_cross_entropy(hidden[real], self.net.output_weight, batch["tgt_out"][real],
+                                    self.hparams.label_smoothing if smoothing is None else smoothing)
+        return loss, int(real.sum())
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def training_step(self, batch, batch_idx):
+        loss, n_tokens = self.loss(batch)
+        self._train_tokens += n_tokens
+        self.log("train/loss", loss, prog_bar=True, batch_size=n_tokens)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        # Time only the training steps (not validation), so tokens/s is the training step's speed.
+        self._train_seconds += time.perf_counter() - self._t0
+        self.log("train/tgt_tokens_per_s", self._train_tokens / self._train_seconds, prog_bar=True)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        peak = hp.peak_lr if hp.peak_lr is not None else (self.net.cfg.d_model * hp.warmup_steps) ** -0.5
+        opt = torch.optim.Adam(self.parameters(), lr=peak, betas=tuple(hp.betas), eps=hp.eps,
+                               weight_decay=hp.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: inverse_sqrt_schedule(step + 1, hp.warmup_steps)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ----- evaluation -----
+    def decode_batch(self, src: Tensor, beam_size: int = 1) -> list[str]:
+        hp = self.hparams
+        max_len = decoding.max_output_length(src, hp.pad_id, hp.max_len_extra, self.net.cfg.max_len - 1)
+        if beam_size > 1 and hasattr(decoding, "beam_search"):
+            tokens = decoding.beam_search(self.net, src, hp.bos_id, hp.eos_id, max_len, beam_size,
+                                          hp.length_penalty)
+        else:
+            tokens = decoding.greedy(self.net, src, hp.bos_id, hp.eos_id, max_len)
+        return self.detokenize(tokens)
+
+    def detokenize(self, tokens: Tensor) -> list[str]:
+        out = []
+        for row in tokens.tolist():
+            if self.hparams.eos_id in row:
+                row = row[: row.index(self.hparams.eos_id)]
+            out.append(self.tokenizer.decode(row, skip_special_tokens=True))
+        return out
+
+    def validation_step(self, batch, batch_idx):
+        loss, n_tokens = self.loss(batch, smoothing=0.0)  # plain NLL, so exp(loss) is the perplexity
+        self.log("val/loss", loss, batch_size=n_tokens, on_epoch=True)
+        if self.val_bleu_now():
+            self._eval_outputs.append((batch["index"].cpu(), self.decode_batch(batch["src"])))
+
+    def val_bleu_now(self) -> bool:
+        """Greedy-decode the validation set every `eval_every` epochs (and never in the sanity check)."""
+        return not self.trainer.sanity_checking and (self.current_epoch + 1) % self.hparams.eval_every == 0
+
+    def on_validation_epoch_end(self):
+        loss = self.trainer.callback_metrics.get("val/loss")
+        if loss is not None:
+            self.log("val/ppl", torch.exp(loss))
+        if self._eval_outputs:
+            split = self.trainer.datamodule.val_split
+            hyps = self._gather(split)
+            scores = corpus_scores(hyps, self.trainer.datamodule.texts(split)[1])
+            self.log("val/bleu", scores["bleu"], prog_bar=True)
+            self.log("val/chrf", scores["chrf"])
+
+    def test_step(self, batch, batch_idx):
+        loss, n_tokens = self.loss(batch, smoothing=0.0)
+        self.log("test/loss", loss, batch_size=n_tokens, on_epoch=True)
+        greedy = self.decode_batch(batch["src"])
+        beam = self.decode_batch(batch["src"], self.hparams.test_beam_size) if self.hparams.test_beam_size > 1 else greedy
+        self._eval_outputs.append((batch["index"].cpu(), list(zip(greedy, beam))))
+
+    def on_test_epoch_end(self):
+        split = self.trainer.datamodule.test_split
+        pairs = self._gather(split)
+        refs = self.trainer.datamodule.texts(split)[1]
+        for name, hyps in (("greedy", [g for g, _ in pairs]), ("beam", [b for _, b in pairs])):
+            self.hypotheses[f"{split}.{name}"] = hyps
+            self.scores[f"{split}.{name}"] = corpus_scores(hyps, refs)
+        main = self.scores[f"{split}.beam"]
+        self.log("test/bleu", main["bleu"])
+        self.log("test/chrf", main["chrf"])
+        self.log("test/bleu_greedy", self.scores[f"{split}.greedy"]["bleu"])
+        self.log("test/ppl", torch.exp(self.trainer.callback_metrics["test/loss"]))
+
+    def _gather(self, split: str) -> list:
+        """Eval outputs back in file order (batches are sorted by length)."""
+        n = len(self.trainer.datamodule.texts(split)[0])
+        ordered = [None] * n
+        for index, items in self._eval_outputs:
+            for i, item in zip(index.tolist(), items):
+                ordered[i] = item
+        self._eval_outputs = []
+        return ordered

@@ -1,0 +1,31 @@
+"""Vaswani et al. 2017, Table 3, shipped with the package (resources/vaswani2017_table3.csv)."""
+
+from __future__ import annotations
+
+import csv
+from importlib.resources import files
+
+INT_COLUMNS = ("N", "d_model", "d_ff", "h", "d_k", "d_v", "train_steps")
+FLOAT_COLUMNS = ("P_drop", "eps_ls", "dev_ppl", "dev_bleu", "params_M")
+
+
+def table3() -> list[dict]:
+    """Every row of Table 3 as a dict; empty cells (no figure in the paper) are None."""
+    text = (files("headsweep") / "resources" / "vaswani2017_table3.csv").read_text()
+    rows = []
+    for row in csv.DictReader(text.splitlines()):
+        for key in INT_COLUMNS:
+            row[key] = int(row[key])
+        for key in FLOAT_COLUMNS:
+            row[key] = float(row[key]) if row[key] else None
+        rows.append(row)
+    return rows
+
+
+def model_overrides(row: dict) -> dict:
+    """The model settings of a Table 3 row, as keys of conf/model."""
+    return {
+        "n_layers": row["N"], "d_model": row["d_model"], "d_ff": row["d_ff"], "heads": row["h"],
+        "d_k": row["d_k"], "d_v": row["d_v"], "dropout": row["P_drop"], "positions": (
+            "learned" if row["pos"] == "learned" else "sinusoidal"),
+    }

@@ -1,0 +1,80 @@
+"""Parameter counts of any config, without data or training.
+
+    python -m headsweep.params [hydra overrides]            counts by part for that config
+    python -m headsweep.params --table3 model=paper_base data.vocab_size=37000
+                                                            every Table 3 row beside the paper's count
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from headsweep.model import Transformer, TransformerConfig, count_parameters
+from headsweep.paper import model_overrides, table3
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def count_for(model: dict, vocab_size: int) -> dict[str, int]:
+    with torch.device("meta"):  # shapes only: the big model costs no memory
+        return count_parameters(Transformer(TransformerConfig(**model, vocab_size=vocab_size)))
+
+
+def table3_rows(model: dict, vocab_size: int) -> list[dict]:
+    """Our count for each Table 3 row (its settings applied to `model`) beside the paper's."""
+    rows = []
+    for row in table3():
+        if row["params_M"] is None and row["row"] != "A":
+            continue  # rows D and E change no parameter count and list none
+        ours = count_for({**model, **model_overrides(row)}, vocab_size)["total"]
+        paper = row["params_M"]
+        rows.append({
+            "row": row["row"], "N": row["N"], "d_model": row["d_model"], "d_ff": row["d_ff"], "h": row["h"],
+            "d_k": row["d_k"], "d_v": row["d_v"], "ours_M": ours / 1e6, "paper_M": paper,
+            "diff_pct": None if paper is None else 100 * (ours / 1e6 - paper) / paper,
+        })
+    return rows
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    order = ["total", "embeddings", "non_embedding", "attention", "attn_enc_self", "attn_dec_self",
+             "attn_cross", "ffn", "norms"]
+    return "\n".join(f"{k:>14}  {counts[k]:>13,}" for k in order)
+
+
+def format_table3(rows: list[dict], vocab_size: int) -> str:
+    head = f"{'row':<5}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}{'ours (M)':>10}{'paper (M)':>11}{'diff':>8}"
+    lines = [f"Vaswani et al. 2017, Table 3: parameter counts (shared vocabulary of {vocab_size})", head]
+    for r in rows:
+        paper = "" if r["paper_M"] is None else f"{r['paper_M']:.0f}"
+        diff = "" if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}%"
+        lines.append(f"{r['row']:<5}{r['N']:>3}{r['d_model']:>8}{r['d_ff']:>6}{r['h']:>4}{r['d_k']:>5}{r['d_v']:>5}"
+                     f"{r['ours_M']:>10.1f}{paper:>11}{diff:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    show_table3 = "--table3" in argv
+    cfg = compose([a for a in argv if a != "--table3"])
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    vocab = cfg.data.vocab_size
+    if show_table3:
+        print(format_table3(table3_rows(model, vocab), vocab))
+    else:
+        print(f"model={cfg.model} vocab={vocab}\n{format_counts(count_for(model, vocab))}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,96 @@
+"""Finding and reloading what a training run wrote: results.json, checkpoints, its data module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+RESULTS = "results.json"
+
+
+class RunError(ValueError):
+    """A missing or unusable run, checkpoint or vocabulary; the message says what to do."""
+
+
+def run_dir_of(ckpt: str | Path) -> Path:
+    """The run directory of a checkpoint (<run>/checkpoints/x.ckpt), or the run directory itself."""
+    path = Path(ckpt)
+    if path.is_dir():
+        return path
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
+def read_results(run_dir: str | Path) -> dict | None:
+    path = Path(run_dir) / RESULTS
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def is_complete(run_dir: str | Path) -> bool:
+    try:
+        results = read_results(run_dir)
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(results) and results.get("status") == "complete"
+
+
+def resolve_checkpoint(ckpt: str | Path) -> Path:
+    """A checkpoint file from a file or a run directory (its checkpoints/last.ckpt)."""
+    path = Path(ckpt)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        raise RunError(f"checkpoint not found: {path}; pass CKPT=<run dir>/checkpoints/<file>.ckpt or a run directory")
+    return path
+
+
+def load_module(ckpt: str | Path, map_location: str = "cpu"):
+    """The TranslationModule of a checkpoint, in eval mode; one clear error if it is not one of ours."""
+    from headsweep.module import TranslationModule
+
+    path = resolve_checkpoint(ckpt)
+    try:
+        module = TranslationModule.load_from_checkpoint(path, map_location=map_location, weights_only=False)
+    except (KeyError, TypeError, RuntimeError) as e:
+        raise RunError(f"{path} is not a headsweep checkpoint or does not match this code: "
+                       f"{str(e).splitlines()[0]}") from None
+    return module.eval()
+
+
+def load_datamodule(run_dir: str | Path, **overrides):
+    """Rebuild a run's data module from its results.json config (setup() not yet called)."""
+    import hydra
+
+    results = read_results(run_dir)
+    if results is None:
+        raise RunError(f"no {RESULTS} in {run_dir}: the run did not finish; pass a finished run's checkpoint")
+    data_cfg = {**results["config"]["data"], **overrides}
+    return hydra.utils.instantiate(data_cfg)
+
+
+def check_vocabulary(module, datamodule) -> None:
+    """The checkpoint's tokenizer must be the data module's, or ids would mean other words."""
+    if module.hparams.tokenizer_json != datamodule.tokenizer_json:
+        raise RunError(
+            f"vocabulary mismatch: the checkpoint was trained with another tokenizer than {datamodule.tokenizer_path}; "
+            "evaluate with the run's own data settings (same vocab_size, tokenizer and training data)"
+        )
+
+
+def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of the model weights of several checkpoints (the paper averages the last 5)."""
+    if not paths:
+        raise RunError("no checkpoints to average")
+    total: dict[str, torch.Tensor] | None = None
+    for p in paths:
+        state = torch.load(p, map_location="cpu", weights_only=False)["state_dict"]
+        if total is None:
+            total = {k: v.detach().clone().double() if v.is_floating_point() else v.clone() for k, v in state.items()}
+        else:
+            if state.keys() != total.keys():
+                raise RunError(f"{p} has other parameters than {paths[0]}: checkpoints of different models")
+            for k, v in state.items():
+                if v.is_floating_point():
+                    total[k] += v.double()
+    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in total.items()}
