@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+import torch
 
 from headsweep import data as hd
 from headsweep.data import DataError, TokenBatchSampler, TranslationDataModule, load_tokenizer, split_files
@@ -74,7 +75,7 @@ def setup_error(dm: TranslationDataModule) -> str:
 def test_missing_dir_names_absolute_path_and_fixes(tmp_path, monkeypatch):
     monkeypatch.delenv("HEADSWEEP_DATA", raising=False)
     msg = setup_error(dm_for(tmp_path / "nowhere", tmp_path))
-    assert str((tmp_path / "nowhere").resolve()) in msg
+    assert str((tmp_path / "nowhere").absolute()) in msg
     assert "data.dir=PATH" in msg and "HEADSWEEP_DATA" in msg
 
 
@@ -91,7 +92,7 @@ def test_env_var_redirects_default_dir(corpus, tmp_path, monkeypatch):
 def test_missing_split_file(corpus, tmp_path):
     (corpus / "val.en").unlink()
     msg = setup_error(dm_for(corpus, tmp_path))
-    assert "val.en" in msg and "val.en.gz" in msg and str(corpus.resolve()) in msg
+    assert "val.en" in msg and "val.en.gz" in msg and str(corpus.absolute()) in msg
     with pytest.raises(DataError):
         split_files(corpus, "val", "en")
     assert split_files(corpus, "train", "de") == corpus / "train.de.gz"
@@ -245,7 +246,6 @@ def test_token_batch_sampler_properties():
         for b in batches:
             assert max(lengths[i] for i in b) * len(b) <= 256 or len(b) == 1
         epochs.append(batches)
-    assert [300] not in [[lengths[i] for i in b] for b in epochs[0]] or True
     assert [500] in epochs[0]  # the over-long sentence forms its own batch
     s2 = TokenBatchSampler(lengths, max_tokens=256, shuffle=True, seed=7)
     s2.set_epoch(1)
@@ -278,7 +278,7 @@ def test_batches_shift_pad_and_index(corpus, tmp_path):
     seen = []
     for batch in dm.train_dataloader():
         src, tgt_in, tgt_out, index = batch["src"], batch["tgt_in"], batch["tgt_out"], batch["index"]
-        assert src.dtype == tgt_in.dtype == index.dtype == dm.__class__.__dict__.get("x", src.dtype)
+        assert src.dtype == tgt_in.dtype == tgt_out.dtype == index.dtype == torch.long
         assert tgt_in.shape == tgt_out.shape and src.shape[0] == index.shape[0]
         assert max(src.numel(), tgt_in.numel()) <= 300 or len(index) == 1
         assert (tgt_in[:, 0] == dm.bos_id).all()

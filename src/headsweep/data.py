@@ -53,7 +53,7 @@ def split_files(dir: str | os.PathLike, split: str, lang: str) -> Path:
         if (base / name).is_file():
             return base / name
     raise DataError(
-        f"missing data file for split '{split}': expected {base.resolve() / f'{split}.{lang}'} "
+        f"missing data file for split '{split}': expected {base.absolute() / f'{split}.{lang}'} "
         f"or {split}.{lang}.gz in that directory"
     )
 
@@ -287,11 +287,12 @@ class TranslationDataModule(pl.LightningDataModule):
     # -- loading ------------------------------------------------------------------------
 
     def _check_dir(self) -> Path:
-        d = Path(self.dir)
+        # absolute() so every message names a findable file even if the cwd changed (Hydra).
+        d = Path(self.dir).absolute()
         if not d.is_dir():
-            origin = f"from ${DATA_ENV}" if self.dir_from_env else "data.dir"
+            origin = f"${DATA_ENV}" if self.dir_from_env else "data.dir"
             raise DataError(
-                f"data directory not found: {d.resolve()} ({origin}); point to the Multi30k files "
+                f"data directory not found: {d} (set by {origin}); point to the Multi30k files "
                 f"with data.dir=PATH or the environment variable {DATA_ENV}=PATH"
             )
         return d

@@ -58,7 +58,8 @@ class TranslationModule(pl.LightningModule):
         length_penalty: float = 0.6,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
+        self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
         from headsweep.data import load_tokenizer  # data imports datasets: only needed here
 

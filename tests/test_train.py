@@ -1,0 +1,124 @@
+"""Configs compose, and a tiny end-to-end run writes results.json, W&B files and a reloadable checkpoint."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from headsweep.params import CONF_DIR, compose
+from headsweep.runs import load_module
+from headsweep.train import ConfigError, check_config, train
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [f"{g}={o}" for g in ("data", "model", "module", "trainer", "logger", "callbacks") for o in group_options(g)]
+    + [f"experiment={o}" for o in group_options("experiment")]
+    + [f"budget={o}" for o in group_options("budget")],
+)
+def test_every_config_file_composes(override):
+    cfg = compose([override, "paths.output_dir=/tmp/x"])
+    OmegaConf.resolve(cfg)  # every interpolation resolves
+    check_config(cfg)  # and the model it describes can be built
+    assert cfg.data._target_ and cfg.module._target_ and cfg.trainer._target_
+
+
+def test_bad_model_config_fails_before_data():
+    cfg = compose(["model.heads=3", "paths.output_dir=/tmp/x"])
+    with pytest.raises(ConfigError, match="heads=3 does not divide d_model=256: set d_k and d_v"):
+        check_config(cfg)
+    with pytest.raises(ConfigError, match="positions must be one of"):
+        check_config(compose(["model.positions=rotary", "paths.output_dir=/tmp/x"]))
+
+
+def tiny_overrides(out: Path, *extra: str) -> list[str]:
+    return [
+        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
+        "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300", "data.max_tokens=1024",
+        "trainer.max_steps=10", "module.warmup_steps=4", *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "tiny"
+    cfg = compose(tiny_overrides(out, "logger.wandb.mode=offline", "run_name=tiny-e2e"))
+    metrics = train(cfg)
+    return out, metrics
+
+
+@needs_data
+def test_tiny_run_writes_results(tiny_run):
+    out, metrics = tiny_run
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "complete"
+    for key in ("test/bleu", "test/bleu_greedy", "test/chrf", "val/bleu", "val/ppl", "train/tgt_tokens_per_s"):
+        assert key in results["metrics"], key
+    params = results["params"]
+    assert params["total"] == params["embeddings"] + params["attention"] + params["ffn"] + params["norms"]
+    assert params["attention"] == params["attn_enc_self"] + params["attn_dec_self"] + params["attn_cross"]
+    scores = results["scores"]["test_2016_flickr.greedy"]
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    hyps = Path(results["hypotheses"]["test_2016_flickr.greedy"]).read_text().splitlines()
+    assert len(hyps) == 40  # one line per test sentence (limit_eval), in file order
+    assert results["config"]["model"]["heads"] == 4
+
+
+@needs_data
+def test_tiny_run_logs_bleu_and_params_to_wandb(tiny_run):
+    out, metrics = tiny_run
+    (log_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
+    # Read the offline run back with W&B's own reader: one JSON record per line.
+    text = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--json", str(log_file)],
+                          capture_output=True, text=True, check=True, timeout=120).stdout
+    summary, config = {}, {}
+    for line in text.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "summary":
+            summary.update(record["summary"].get("update", {}))
+        if record.get("type") == "run":
+            config = record["run"].get("config", config)
+    assert summary["test/bleu"] == pytest.approx(metrics["test/bleu"])
+    assert summary["val/bleu"] == pytest.approx(metrics["val/bleu"])
+    results = json.loads((out / "results.json").read_text())
+    assert summary["params/total"] == results["params"]["total"]
+    assert summary["params/attn_cross"] == results["params"]["attn_cross"]
+
+
+@needs_data
+def test_checkpoint_reloads_into_identical_outputs(tiny_run):
+    out, _ = tiny_run
+    results = json.loads((out / "results.json").read_text())
+    module = load_module(results["checkpoints"]["last"])
+    again = load_module(out)  # a run directory resolves to its last.ckpt
+    src = torch.randint(4, module.hparams.vocab_size, (3, 7))
+    tgt = torch.randint(4, module.hparams.vocab_size, (3, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(module.net(src, tgt), again.net(src, tgt), rtol=0, atol=0)
+    state = torch.load(results["checkpoints"]["last"], weights_only=False)["state_dict"]
+    assert all(torch.equal(state[k], v) for k, v in module.state_dict().items())
+
+
+@needs_data
+def test_same_seed_same_loss_curve(tmp_path):
+    curves = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        train(compose(tiny_overrides(out, "logger.wandb.mode=disabled", "trainer.log_every_n_steps=1",
+                                     "module.test_beam_size=1")))
+        rows = (out / "csv" / "metrics.csv").read_text().splitlines()
+        header = rows[0].split(",")
+        col = header.index("train/loss")
+        curves.append([r.split(",")[col] for r in rows[1:] if r.split(",")[col]])
+    assert len(curves[0]) == 10 and curves[0] == curves[1]
