@@ -143,7 +143,7 @@ def profile_step(module: TranslationModule, batches: list[dict]) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
-def bench_attention(reps: int = 5) -> None:
+def bench_attention(reps: int = 10) -> None:
     """Forward + backward of one self-attention layer at d_model 256, batch of 3,200 tokens."""
     B, T, d = 128, 25, 256
     print(f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} (ms; ratio = torch / ours, >1 = ours faster)")
