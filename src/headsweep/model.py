@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headsweep.attention import KVCache, MultiHeadAttention
@@ -66,6 +67,30 @@ def sinusoidal_positions(n: int, d: int) -> Tensor:
     return pe
 
 
+class Dropout(nn.Module):
+    """Dropout with its mask drawn from random bytes on CPU.
+
+    torch's CPU dropout draws its mask with bernoulli_, which took ~12% of a training step here
+    (make bench --profile); comparing random bytes to a threshold is ~2x cheaper. The rate is
+    rounded to a multiple of 1/256 (0.1 -> 26/256) and the kept values are rescaled exactly.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p, self.threshold = p, round(p * 256)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.threshold == 0:
+            return x
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)
+        keep = torch.empty(x.shape, dtype=torch.uint8, device=x.device).random_().ge_(self.threshold)
+        return x * keep * (256 / (256 - self.threshold))
+
+    def extra_repr(self) -> str:
+        return f"p={self.threshold}/256"
+
+
 class FeedForward(nn.Module):
     """FFN(x) = max(0, x W1 + b1) W2 + b2 (no dropout inside: the paper drops only sublayer outputs)."""
 
@@ -82,7 +107,7 @@ class Residual(nn.Module):
 
     def __init__(self, d_model: int, dropout: float, norm_first: bool):
         super().__init__()
-        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), nn.Dropout(dropout), norm_first
+        self.norm, self.dropout, self.norm_first = nn.LayerNorm(d_model), Dropout(dropout), norm_first
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
         if self.norm_first:
@@ -140,7 +165,7 @@ class Transformer(nn.Module):
             self.pos = nn.Embedding(cfg.max_len, d)
         else:
             self.register_buffer("pe", sinusoidal_positions(cfg.max_len, d), persistent=False)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
         # Pre-norm leaves the residual stream unnormalised: normalise each stack's output once.

@@ -1,0 +1,73 @@
+"""The Transformer built on our attention: closed-form parameter counts, masks, cache, dropout."""
+
+import pytest
+import torch
+
+from headsweep.attention import attention_param_count
+from headsweep.model import Dropout, Transformer, TransformerConfig, count_parameters
+
+
+def small(**kw) -> TransformerConfig:
+    return TransformerConfig(**{**dict(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32), **kw})
+
+
+@pytest.mark.parametrize("kw", [{}, {"d_k": 3, "d_v": 7}, {"heads": 1}, {"norm_first": True},
+                                {"positions": "learned"}, {"tie_embeddings": False}])
+def test_parameter_count_closed_form(kw):
+    cfg = small(**kw)
+    counts = count_parameters(Transformer(cfg))
+    d, n, V, f = cfg.d_model, cfg.n_layers, cfg.vocab_size, cfg.d_ff
+    d_k, d_v = cfg.d_k or d // cfg.heads, cfg.d_v or d // cfg.heads
+    attn = attention_param_count(d, cfg.heads, d_k, d_v)
+    emb = V * d * (1 if cfg.tie_embeddings else 3) + (cfg.max_len * d if cfg.positions == "learned" else 0)
+    ffn = 2 * n * (2 * d * f + f + d)
+    norms = 2 * d * (2 * n + 3 * n + (2 if cfg.norm_first else 0))
+    assert counts["attn_enc_self"] == counts["attn_dec_self"] == counts["attn_cross"] == n * attn
+    assert counts["embeddings"] == emb and counts["ffn"] == ffn and counts["norms"] == norms
+    assert counts["total"] == emb + 3 * n * attn + ffn + norms == sum(p.numel() for p in Transformer(cfg).parameters())
+
+
+def test_padding_and_causality():
+    torch.manual_seed(0)
+    model = Transformer(small()).eval()
+    src = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]])
+    padded = torch.cat([src, torch.zeros(2, 3, dtype=torch.long)], dim=1)  # more padding
+    tgt = torch.tensor([[1, 12, 13, 14], [1, 15, 16, 17]])
+    with torch.no_grad():
+        out = model(src, tgt)
+        torch.testing.assert_close(model(padded, tgt), out, atol=1e-5, rtol=1e-5)
+        changed = tgt.clone()
+        changed[:, 3] = 20  # a later target token cannot change earlier outputs
+        torch.testing.assert_close(model(src, changed)[:, :3], out[:, :3])
+
+
+@pytest.mark.parametrize("kw", [{}, {"norm_first": True, "positions": "learned", "impl": "per_head"}])
+def test_cached_decoding_equals_full_decoding(kw):
+    torch.manual_seed(1)
+    model = Transformer(small(**kw)).eval()
+    src, tgt = torch.randint(4, 50, (3, 6)), torch.randint(4, 50, (3, 5))
+    with torch.no_grad():
+        memory, src_pad = model.encode(src)
+        full = model.decode(tgt, memory, src_pad)
+        cache = model.new_cache()
+        steps = [model.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_rate_and_expectation():
+    torch.manual_seed(2)
+    drop = Dropout(0.1)
+    x = torch.ones(200_000)
+    assert torch.equal(drop.eval()(x), x)  # identity at evaluation
+    y = drop.train()(x)
+    zeroed = (y == 0).float().mean().item()
+    assert abs(zeroed - 26 / 256) < 0.003  # p rounded to 26/256; 3 sd of the sample mean is ~0.002
+    assert abs(y.mean().item() - 1.0) < 0.01  # kept values rescaled: the expectation is unchanged
+    assert torch.equal(Dropout(0.0).train()(x), x)
+
+
+def test_bad_config_values():
+    with pytest.raises(ValueError, match="positions must be one of"):
+        small(positions="rope")
+    with pytest.raises(ValueError, match="dropout must be in"):
+        small(dropout=1.0)
