@@ -1,11 +1,12 @@
-"""Decoding: greedy search over the decoder's KV cache, and a naive reference that re-runs the prefix."""
+"""Decoding over the decoder's KV cache: greedy and beam search (GNMT length penalty), plus naive
+references that re-run the whole prefix every step (for tests and `bench_decoding`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from headsweep.model import Transformer
+from headsweep.model import Transformer, reorder_cache
 
 
 def max_output_length(src: Tensor, pad_id: int, extra: int, limit: int) -> int:
@@ -51,3 +52,103 @@ def greedy_naive(model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_
         if done.all():
             break
     return ys[:, 1:]
+
+
+def length_penalty(length, alpha: float):
+    """GNMT length penalty (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6) ** alpha; alpha = 0 gives 1.
+
+    Beam search ranks hypotheses by log P(Y|X) / lp(Y). |Y| counts the generated tokens, EOS included.
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_len: int, beam_size: int,
+    length_penalty: float = 0.6,
+) -> Tensor:
+    """Batched beam search over the KV cache: the best hypothesis per sentence by log P / lp(Y).
+
+    Each of the B sentences keeps `beam_size` live hypotheses, B * beam_size rows of the cache.
+    Every step takes the best 2 * beam_size extensions of a sentence (at most beam_size of them end,
+    so beam_size live ones always remain); an EOS among the best beam_size is a finished hypothesis.
+    A sentence is done when it has beam_size finished hypotheses (fairseq's rule); its rows then
+    leave the batch. At max_len the live hypotheses compete, unfinished, with the finished ones.
+    beam_size = 1 is greedy search. src (B, S) -> tokens (B, <= max_len), without BOS, padded after EOS.
+    """
+    return _beam(model, src, bos_id, eos_id, max_len, beam_size, length_penalty, cached=True)
+
+
+@torch.no_grad()
+def beam_search_naive(
+    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_len: int, beam_size: int,
+    length_penalty: float = 0.6,
+) -> Tensor:
+    """The same beam search re-running every live prefix each step (the reference for the cached one)."""
+    return _beam(model, src, bos_id, eos_id, max_len, beam_size, length_penalty, cached=False)
+
+
+def _beam(model, src, bos_id, eos_id, max_len, beam_size, alpha, cached: bool) -> Tensor:
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size} and {max_len}")
+    B, K, device = src.size(0), beam_size, src.device
+    memory, src_pad = model.encode(src)
+    memory, src_pad = memory.repeat_interleave(K, 0), src_pad.repeat_interleave(K, 0)  # rows b*K + k
+    cache = model.new_cache() if cached else None
+    # The K copies of a sentence start identical: only copy 0 may expand, or step 1 would pick
+    # the same extension K times.
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    prefix = torch.empty(B * K, 0, dtype=torch.long, device=device)  # tokens so far, per row
+    step = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)
+    active = list(range(B))  # the sentence of each group of K rows still decoding
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]  # (log P / lp, tokens)
+    for t in range(1, max_len + 1):
+        if not cached:  # the whole prefix again, BOS first
+            step = torch.cat([torch.full((prefix.size(0), 1), bos_id, device=device), prefix], dim=1)
+        logp = model.decode(step, memory, src_pad, cache)[:, -1].float().log_softmax(-1)
+        n, V = len(active), logp.size(-1)
+        cand = (scores[:, :, None] + logp.view(n, K, V)).view(n, K * V)
+        top_scores, top_idx = cand.topk(min(2 * K, K * V), dim=1)  # sorted, best first
+        origin, token = top_idx // V, top_idx % V  # which live hypothesis, which next token
+        ends = token.eq(eos_id)
+
+        # Finished hypotheses: EOS among a sentence's best K extensions (a worse EOS would take the
+        # slot of a better live hypothesis).
+        lp = length_penalty(t, alpha)
+        for i, j in (ends[:, :K] & top_scores[:, :K].isfinite()).nonzero().tolist():
+            hyps = finished[active[i]]
+            if len(hyps) < K:
+                row = i * K + int(origin[i, j])
+                hyps.append((float(top_scores[i, j]) / lp, prefix[row].tolist() + [eos_id]))
+
+        # The best K extensions that do not end live on (stable sort keeps them best first).
+        keep = ends.to(torch.uint8).argsort(dim=1, stable=True)[:, :K]
+        scores, origin, token = top_scores.gather(1, keep), origin.gather(1, keep), token.gather(1, keep)
+        rows = (torch.arange(n, device=device)[:, None] * K + origin).view(-1)
+        prefix = torch.cat([prefix[rows], token.view(-1, 1)], dim=1)
+        if t == max_len:
+            for i, sentence in enumerate(active):  # out of length: unfinished hypotheses compete
+                for k in range(K):
+                    if scores[i, k].isfinite():
+                        finished[sentence].append((float(scores[i, k]) / lp, prefix[i * K + k].tolist()))
+            break
+
+        going = torch.tensor([len(finished[s]) < K for s in active], device=device)
+        if not going.any():
+            break
+        if not going.all():  # drop done sentences' rows from the batch
+            go_rows = going.repeat_interleave(K)
+            rows, prefix = rows[go_rows], prefix[go_rows]
+            memory, src_pad = memory[go_rows], src_pad[go_rows]
+            scores, token = scores[going], token[going]
+            active = [s for s, g in zip(active, going.tolist()) if g]
+        if cached:
+            reorder_cache(cache, rows)
+        step = token.view(-1, 1)
+
+    best = [max(hyps, key=lambda h: h[0])[1] for hyps in finished]
+    out = torch.full((B, max(map(len, best))), model.cfg.pad_id, dtype=torch.long, device=device)
+    for b, tokens in enumerate(best):
+        out[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return out

@@ -63,8 +63,8 @@ def load_datamodule(run_dir: str | Path, **overrides):
     import hydra
 
     results = read_results(run_dir)
-    if results is None:
-        raise RunError(f"no {RESULTS} in {run_dir}: the run did not finish; pass a finished run's checkpoint")
+    if results is None or results.get("status") != "complete":
+        raise RunError(f"no complete {RESULTS} in {run_dir}: the run did not finish; pass a finished run's checkpoint")
     data_cfg = {**results["config"]["data"], **overrides}
     return hydra.utils.instantiate(data_cfg)
 

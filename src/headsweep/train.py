@@ -110,6 +110,16 @@ def train(cfg: DictConfig) -> dict:
             path.write_text("".join(h + "\n" for h in hyps))
             hyp_files[name] = str(path)
         checkpoint = next((cb for cb in callbacks if isinstance(cb, pl.callbacks.ModelCheckpoint)), None)
+        averaged = None
+        if cfg.get("average_last", 0) > 1 and checkpoint is not None:  # the paper averages the last 5
+            from headsweep.evaluate import average_at_end
+
+            averaged, avg_metrics = average_at_end(module, datamodule, Path(checkpoint.dirpath),
+                                                   cfg.average_last, resolved["trainer"]["precision"])
+            metrics.update(avg_metrics)
+            for lg in loggers:
+                lg.log_metrics(avg_metrics, step=trainer.global_step)
+                lg.save()  # the trainer has already flushed its loggers for the last time
         results = {
             "status": "complete",
             "run_name": cfg.run_name,
@@ -118,6 +128,7 @@ def train(cfg: DictConfig) -> dict:
             "params": module.param_counts,
             "metrics": metrics,
             "scores": module.scores,  # per split and decoder: BLEU, chrF and their signatures
+            "averaged": averaged,  # the same scores of the averaged last checkpoints (average_last)
             "hypotheses": hyp_files,
             "references": {cfg.data.test_split: datamodule.split_path(cfg.data.test_split)}
             if hasattr(datamodule, "split_path") else {},
@@ -165,12 +176,29 @@ def print_summary(results: dict) -> None:
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from headsweep.data import DataError
 
     try:
         metrics = train(cfg)
-    except (ConfigError, DataError) as e:
-        log.error("%s", e)
+    except Exception as e:
+        # Leave the failure where `make sweep` looks: a results.json that is not "complete" (so a rerun
+        # retries the job) naming the error, and the traceback in the job's log file.
+        hc, out_dir = HydraConfig.get(), Path(cfg.paths.output_dir)
+        log_file = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+        expected = isinstance(e, (ConfigError, DataError))
+        log.error("%s", e, exc_info=not expected)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / RESULTS, {
+            "status": "failed", "run_name": cfg.run_name, "sweep": cfg.sweep,
+            "error": f"{type(e).__name__}: {' '.join(str(e).split())}", "log": str(log_file),
+        })
+        if hc.mode == RunMode.MULTIRUN:
+            raise  # the launcher records it and goes on with the next job; sys.exit would end them all
+        if not expected:
+            raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     return metrics.get("val/bleu")

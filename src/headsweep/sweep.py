@@ -1,0 +1,400 @@
+"""Run one Table 3 ablation as a Hydra multirun: `make sweep SWEEP=table3_a [SEEDS=3 BUDGET=short ...]`.
+
+    python -m headsweep.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
+                              [--scale paper] [--dry] [hydra overrides for every job]
+
+The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys
+(so `wandb sweep` + `wandb agent` run the same grid online). Each job (grid cell x seed 1..N) is one
+training run with its own W&B run (group = the sweep), named like h8-dk32-dv32-s1, tagged with its row
+and cell, writing to multirun/<sweep>/<run name>/.
+
+Hydra's launchers take any list of jobs, but its command line only expresses cartesian products, and a
+resumed sweep runs an arbitrary subset. So each pending job becomes a tiny config file (its overrides,
+run name, seed and tags) in multirun/<sweep>/.jobs/sweep_job/, and one `python -m headsweep.train -m
++sweep_job=a,b,c` sweeps over exactly those files with the chosen launcher.
+
+Resume: a job whose results.json says "complete" is skipped; a job directory without one (killed, or
+failed) is moved to multirun/<sweep>/.incomplete/ and the job runs again from scratch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import itertools
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from headsweep.params import CONF_DIR
+from headsweep.runs import RESULTS, is_complete, read_results
+
+SWEEPS_DIR = CONF_DIR.parent / "sweeps"
+JOB_GROUP = "sweep_job"
+# Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
+# overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=joblib"],
+    "submitit": ["hydra/launcher=submitit_slurm"],
+    "submitit_local": ["hydra/launcher=submitit_local"],
+}
+# Keys each job sets itself; the same key on the command line would give every job one name/seed.
+RESERVED = ("seed", "run_name", "sweep", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
+# Short names of the Table 3 columns, for run names and cell labels.
+ALIASES = {"model.n_layers": "N", "model.d_model": "dm", "model.d_ff": "ff", "model.dropout": "drop",
+           "module.label_smoothing": "ls", "model.positions": "pos"}
+
+
+class SweepError(ValueError):
+    """A bad sweep name, spec or override; the one-line message says what to change."""
+
+
+@dataclass
+class Job:
+    name: str                 # run name and output directory, e.g. h8-dk32-dv32-s1
+    cell: str                 # the name without the seed, e.g. h8-dk32-dv32
+    seed: int
+    overrides: list[str]      # this job's grid values and seed, as command-line overrides
+    tags: list[str]
+    dir: Path
+    base: bool = False
+
+    @property
+    def done(self) -> bool:
+        return is_complete(self.dir)
+
+
+@dataclass
+class Sweep:
+    name: str
+    spec_path: Path
+    dir: Path                 # multirun/<sweep>
+    common: list[str]         # overrides of every job
+    jobs: list[Job] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+def available(specs_dir: Path = SWEEPS_DIR) -> list[str]:
+    return sorted(p.stem for p in specs_dir.glob("*.yaml"))
+
+
+def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
+    path = specs_dir / f"{name}.yaml"
+    if not path.is_file():
+        raise SweepError(f"unknown sweep '{name}'; available: {', '.join(available(specs_dir)) or '(none)'} "
+                         f"(the files in {specs_dir})")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("parameters"), dict) or not spec["parameters"]:
+        raise SweepError(f"{path}: no 'parameters' mapping: a W&B sweep spec with parameters keyed by override keys")
+    if spec.get("method") != "grid":
+        raise SweepError(f"{path}: method is {spec.get('method')!r}; only 'grid' sweeps run here")
+    for key, p in spec["parameters"].items():
+        if key in RESERVED:
+            raise SweepError(f"{path}: parameter '{key}' is set by the sweep itself (seeds: --seeds N)")
+        if not isinstance(p, dict) or not (("value" in p) ^ ("values" in p)):
+            raise SweepError(f"{path}: parameter '{key}' needs exactly one of 'value' or 'values' (a grid)")
+        values = [p["value"]] if "value" in p else p["values"]
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{path}: parameter '{key}': 'values' must be a non-empty list")
+        if any(v is None for v in values):
+            raise SweepError(f"{path}: parameter '{key}' has a null value; W&B would pass it as the string None")
+    return spec, path
+
+
+def format_value(value) -> str:
+    """A YAML value as Hydra reads it on the command line (what W&B's ${args_no_hyphens} passes, but
+    with Hydra's spelling of booleans)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
+    """(constant overrides, grid cells): a cell is one override per `values` parameter; the first cell,
+    made of every parameter's first value, is the base."""
+    constants = [f"{k}={format_value(p['value'])}" for k, p in spec["parameters"].items() if "value" in p]
+    axes = [[f"{k}={format_value(v)}" for v in p["values"]] for k, p in spec["parameters"].items() if "values" in p]
+    return constants, [list(cell) for cell in itertools.product(*axes)]
+
+
+# ----------------------------------------------------------------------------- composing the jobs
+
+
+def _first_line(e: Exception) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    from headsweep.params import compose
+
+    return compose(overrides)
+
+
+def flatten_config(cfg: DictConfig) -> dict:
+    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them."""
+    skip = {"seed", "run_name", "sweep", "tags", "paths", "logger"}
+    out = {}
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                walk(v, key + ".")
+            else:
+                out[key] = tuple(v) if isinstance(v, list) else v
+
+    walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
+    h, d_model = out["model.heads"], out["model.d_model"]
+    out["model.d_k"] = out["model.d_k"] or d_model // h  # null means d_model / h
+    out["model.d_v"] = out["model.d_v"] or d_model // h
+    return out
+
+
+def label_part(key: str, value) -> str:
+    alias = ALIASES.get(key, key.rsplit(".", 1)[-1])
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    part = f"{alias}{text}" if isinstance(value, (int, float)) else f"{alias}-{text}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", part)
+
+
+def cell_labels(flats: list[dict]) -> list[str]:
+    """h8-dk32-dv32, plus each other setting that differs between the cells (N3-dm256-..., drop0.1-...)."""
+    varied = [k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1
+              and k not in ("model.heads", "model.d_k", "model.d_v")]
+    varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
+    return ["-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"]
+                     + [label_part(k, f[k]) for k in varied]) for f in flats]
+
+
+def row_tag(name: str) -> str:
+    m = re.match(r"table3_([a-e])(_|$)", name)
+    return f"row-{m.group(1).upper()}" if m else f"sweep-{name}"
+
+
+def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
+         specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun")) -> Sweep:
+    """Every job of the sweep, each grid cell composed and its model built (on the meta device) first,
+    so a bad key or value stops the sweep before any job starts."""
+    from headsweep.train import ConfigError, check_config
+
+    spec, path = load_spec(name, specs_dir)
+    if launcher not in LAUNCHERS:
+        raise SweepError(f"unknown launcher '{launcher}'; one of {', '.join(LAUNCHERS)}")
+    if seeds < 1:
+        raise SweepError(f"--seeds must be >= 1, got {seeds}")
+    for o in extra:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key in RESERVED:
+            raise SweepError(f"override '{o}': {key} is set per job by the sweep; drop it")
+    constants, cells = split_parameters(spec)
+    # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
+    common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
+    try:
+        _compose(common)
+    except Exception as e:
+        raise SweepError(f"overrides {' '.join(common)}: {_first_line(e)}") from None
+    for key, p in spec["parameters"].items():  # each parameter alone first: the error names it
+        first = format_value(p["value"] if "value" in p else p["values"][0])
+        try:
+            _compose([*common, f"{key}={first}"])
+        except Exception as e:
+            raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
+    flats = []
+    for cell in cells:
+        try:
+            cfg = _compose([*common, *cell])
+            check_config(cfg)
+        except ConfigError as e:
+            raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
+        except Exception as e:
+            raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
+        flats.append((flatten_config(cfg), list(cfg.tags)))
+    labels = cell_labels([f for f, _ in flats])
+    if len(set(labels)) < len(labels):
+        raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
+
+    sweep = Sweep(name, path, root / name, common)
+    for seed in range(1, seeds + 1):  # seed-major: a half-done sweep already has every cell once
+        for i, (cell, label, (_, tags)) in enumerate(zip(cells, labels, flats)):
+            run = f"{label}-s{seed}"
+            sweep.jobs.append(Job(
+                name=run, cell=label, seed=seed, overrides=[*cell, f"seed={seed}"],
+                tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
+                dir=sweep.dir / run, base=i == 0,
+            ))
+    return sweep
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def job_config(job: Job) -> str:
+    """The job's overrides as a config file of group JOB_GROUP (package _global_, merged last)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cfg = OmegaConf.create({"run_name": job.name, "tags": job.tags})
+    defaults = []
+    for o in OverridesParser.create().parse_overrides(job.overrides):
+        key, value = o.key_or_group, o.value()
+        if isinstance(value, str) and (CONF_DIR / key).is_dir():  # a config group choice, e.g. model=tiny
+            defaults.append({f"override /{key}": value})
+        else:
+            OmegaConf.update(cfg, key, value, merge=True)  # a dict value merges, as on the command line
+    head = OmegaConf.to_yaml(OmegaConf.create({"defaults": [*defaults, "_self_"]})) if defaults else ""
+    return (f"# @package _global_\n# job {job.name} of a headsweep sweep; the same as the overrides\n"
+            f"#   {' '.join(job.overrides)}\n{head}{OmegaConf.to_yaml(cfg)}")
+
+
+def _quote(value: str) -> str:
+    """A path as a Hydra override value: bare where Hydra's grammar allows, else quoted."""
+    if re.fullmatch(r"[A-Za-z0-9_./:@+-]+", value):
+        return value
+    if "'" in value or "\\" in value:
+        raise SweepError(f"path {value!r}: quotes and backslashes cannot be passed to Hydra; use another directory")
+    return f"'{value}'"
+
+
+def multirun_command(sweep: Sweep, jobs: list[Job]) -> list[str]:
+    jobs_dir = (sweep.dir / ".jobs").resolve()
+    return [
+        sys.executable, "-m", "headsweep.train", "-m", *sweep.common,
+        f"hydra.sweep.dir={_quote(str(sweep.dir.resolve()))}",
+        "hydra.sweep.subdir=${run_name}",  # resolved per job: multirun/<sweep>/<run name>
+        f"hydra.searchpath=[{_quote('file://' + str(jobs_dir))}]",
+        f"+{JOB_GROUP}={','.join(j.name for j in jobs)}",
+    ]
+
+
+def write_jobs(sweep: Sweep, jobs: list[Job]) -> None:
+    group = sweep.dir / ".jobs" / JOB_GROUP
+    shutil.rmtree(group, ignore_errors=True)
+    group.mkdir(parents=True)
+    for job in jobs:
+        (group / f"{job.name}.yaml").write_text(job_config(job))
+
+
+def set_aside(job: Job) -> Path | None:
+    """Move an unfinished job's directory out of the way: the rerun starts clean (no stale checkpoints),
+    the old log stays readable."""
+    if not job.dir.exists():
+        return None
+    dest = job.dir.parent / ".incomplete" / f"{job.name}.{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    job.dir.rename(dest)
+    return dest
+
+
+def failure(job: Job) -> str:
+    """Why a job has no complete results.json, and where its log is."""
+    log = job.dir / "train.log"
+    try:
+        results = read_results(job.dir)
+    except (OSError, json.JSONDecodeError):
+        results = None
+    if results and results.get("status") == "failed":
+        return f"{results.get('error', 'failed')} (log: {results.get('log') or log})"
+    if log.exists():
+        return f"no {RESULTS}: killed or crashed (log: {log})"
+    return f"never started (no {job.dir})"
+
+
+def lock(sweep_dir: Path):
+    """One `make sweep` per sweep directory at a time; the OS drops the lock when the process ends."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    f = open(sweep_dir / ".lock", "w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SweepError(f"another sweep is running in {sweep_dir} (it holds {sweep_dir / '.lock'})") from None
+    return f
+
+
+def run(sweep: Sweep, dry: bool = False, out=None) -> int:
+    """Run the jobs not yet complete; print the summary. 0 when every job is complete at the end."""
+    out = out or sys.stdout
+    done = {j.name for j in sweep.jobs if j.done}
+    todo = [j for j in sweep.jobs if j.name not in done]
+    print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run; "
+          f"every job: {' '.join(sweep.common)}", file=out)
+    if dry:
+        width = max(len(j.name) for j in sweep.jobs)
+        for j in sweep.jobs:
+            print(f"  {'done  ' if j.name in done else 'to run'}  {j.name:<{width}}  {' '.join(j.overrides)}", file=out)
+        if todo:
+            print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
+        return 0
+    if not todo:
+        print(f"nothing to run: every job is complete. Next: make report SWEEP={sweep.name}", file=out)
+        return 0
+
+    held = lock(sweep.dir)
+    try:
+        for j in todo:
+            if moved := set_aside(j):
+                print(f"  {j.name}: unfinished output moved to {moved}", file=out)
+        write_jobs(sweep, todo)
+        cmd = multirun_command(sweep, todo)
+        print("running: " + shlex.join(cmd), file=out, flush=True)
+        # A failing job does not stop the others: Hydra's launchers catch each job's exception (train.main
+        # raises instead of exiting in a multirun) and the sweeper re-raises the first one at the end, so
+        # the exit status is not the summary: each job's results.json is.
+        try:
+            rc = subprocess.run(cmd).returncode
+        except KeyboardInterrupt:
+            print("\ninterrupted; rerun the same command to resume (finished jobs are kept)", file=out)
+            return 130
+    finally:
+        held.close()
+
+    ran_ok = [j for j in todo if j.done]
+    failed = [j for j in todo if not j.done]
+    print(f"\nsweep {sweep.name}: {len(ran_ok)} done, {len(done)} skipped (already complete), "
+          f"{len(failed)} failed (hydra exit status {rc})", file=out)
+    for j in failed:
+        print(f"  failed {j.name}: {failure(j)}", file=out)
+    print("rerun the same command to retry the failed jobs; " if failed else "", end="", file=out)
+    print(f"report: make report SWEEP={sweep.name}", file=out)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", required=True, help="a spec in sweeps/, e.g. table3_a")
+    parser.add_argument("--seeds", type=int, default=1, help="run seeds 1..N of every cell")
+    parser.add_argument("--budget", help="a conf/budget option, e.g. short")
+    parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
+    parser.add_argument("--scale", choices=["small", "paper"], default="small",
+                        help="paper: sweeps/<sweep>_paper.yaml, the paper's model sizes (for a GPU)")
+    parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
+    parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs go")
+    parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
+    args, extra = parser.parse_known_args(argv)
+    if bad := [a for a in extra if a.startswith("--")]:
+        parser.error(f"unknown option {bad[0]}")
+    name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
+    try:
+        sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
+                     root=args.root)
+        return run(sweep, args.dry)
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

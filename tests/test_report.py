@@ -1,0 +1,193 @@
+"""`make report` on fixture runs: the numbers (mean, sd, Δ) by hand, the p-value from sacreBLEU itself,
+the paper's rows, the files written, the W&B table and the analysis hook."""
+
+import gzip
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+import headsweep.train  # noqa: F401  (registers the auto_precision resolver the config uses)
+from headsweep import report as R
+from headsweep.params import compose
+
+REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
+        "a woman sings on a stage .", "children are running on the beach .",
+        "an old man reads a newspaper .", "not used: limit_eval cuts the test split before this line ."]
+# Per cell: hypotheses of the test split, test BLEU per seed (the numbers the table averages).
+CELLS = {
+    8: {"bleu": [30.0, 32.0], "hyps": ["a man is riding a red bike down the street .", "two dogs play in snow .",
+                                       "a woman sings on the stage .", "kids are running on the beach .",
+                                       "an old man reads a paper ."]},
+    4: {"bleu": [29.0, 28.0], "hyps": ["a man rides a bike on the street .", "two dogs are playing in the snow .",
+                                       "a woman is singing .", "children run at the beach .",
+                                       "an old man reads a newspaper ."]},
+    2: {"bleu": [27.0], "hyps": ["a man on a bike .", "dogs in snow .", "a woman .", "children running .",
+                                 "old man newspaper ."]},
+}
+
+
+def make_run(root: Path, data_dir: Path, h: int, seed: int, bleu: float, hyps: list[str]) -> Path:
+    d_k = 256 // h
+    cell = f"h{h}-dk{d_k}-dv{d_k}"
+    run = root / f"{cell}-s{seed}"
+    (run / "hypotheses").mkdir(parents=True)
+    cfg = compose([f"model.heads={h}", f"seed={seed}", "sweep=table3_a", f"run_name={cell}-s{seed}",
+                   f"tags=[row-A,cell-{cell}{',base' if h == 8 else ''}]", f"paths.output_dir={run}",
+                   f"data.dir={data_dir}", "data.test_split=test", "data.limit_eval=5", "module.test_beam_size=1",
+                   "trainer.max_steps=800"])
+    hyp = run / "hypotheses" / "test.beam.en"
+    # seed 2 of a cell translates one sentence differently: the seeds are not copies of each other
+    hyp.write_text("".join(h + "\n" for h in (hyps if seed == 1 else hyps[1:] + hyps[:1])))
+    results = {
+        "status": "complete", "run_name": f"{cell}-s{seed}", "sweep": "table3_a",
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "params": {"total": 7_577_600}, "hypotheses": {"test.beam": str(hyp)},
+        "metrics": {"test/bleu": bleu, "test/chrf": 50.0 + bleu, "val/bleu": bleu - 1, "val/ppl": 10.0 - bleu / 10,
+                    "test/ppl": 9.0, "train/steps": 700 if h == 2 else 800},  # h2 hit trainer.max_time
+    }
+    (run / "results.json").write_text(json.dumps(results))
+    return run
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:  # references may be gzipped
+        f.write("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun"
+    for h, cell in CELLS.items():
+        for seed, bleu in enumerate(cell["bleu"], start=1):
+            make_run(root / "table3_a", data, h, seed, bleu, cell["hyps"])
+    killed = root / "table3_a" / "h16-dk16-dv16-s1"
+    (killed / ".hydra").mkdir(parents=True)  # a job killed before it wrote results.json
+    failed = root / "table3_a" / "h32-dk8-dv8-s1"
+    failed.mkdir()
+    (failed / "results.json").write_text(json.dumps({"status": "failed", "error": "DataError: bad"}))
+    return root
+
+
+def rows_by_label(root):
+    runs, unfinished = R.load_runs(root / "table3_a")
+    cells = R.group_cells(runs)
+    R.summarize(cells, n_samples=200)
+    return cells, {c.label: c.row for c in cells}, unfinished
+
+
+def test_numbers_match_hand_computed_values(sweep_dir):
+    cells, rows, unfinished = rows_by_label(sweep_dir)
+    assert [c.label for c in cells] == ["h8-dk32-dv32", "h2-dk128-dv128", "h4-dk64-dv64"]  # base, then by h
+    assert sorted(d.name for d, _ in unfinished) == ["h16-dk16-dv16-s1", "h32-dk8-dv8-s1"]
+    base, h4, h2 = rows["h8-dk32-dv32"], rows["h4-dk64-dv64"], rows["h2-dk128-dv128"]
+    assert base["test_bleu"] == pytest.approx(31.0) and base["test_bleu_sd"] == pytest.approx(2 ** 0.5)
+    assert h4["test_bleu"] == pytest.approx(28.5) and h4["test_bleu_sd"] == pytest.approx(0.5 ** 0.5)
+    assert h4["delta"] == pytest.approx(28.5 - 31.0) and h2["delta"] == pytest.approx(27.0 - 31.0)
+    assert h2["n"] == 1 and h2["test_bleu_sd"] is None  # one seed: no sd rather than 0
+    assert h4["val_bleu"] == pytest.approx(27.5) and h4["test_chrf"] == pytest.approx(78.5)
+    assert base["delta"] is None and base["p"] is None
+
+
+def test_p_value_is_sacrebleus_paired_bootstrap_over_pooled_seeds(sweep_dir):
+    _, rows, _ = rows_by_label(sweep_dir)
+    refs = REFS[:5]  # limit_eval=5
+    seeded = lambda hyps, seed: hyps if seed == 1 else hyps[1:] + hyps[:1]  # noqa: E731
+    base = seeded(CELLS[8]["hyps"], 1) + seeded(CELLS[8]["hyps"], 2)
+    h4 = seeded(CELLS[4]["hyps"], 1) + seeded(CELLS[4]["hyps"], 2)
+    _, scores = PairedTest([("base", base), ("h4", h4)], {"BLEU": BLEU()}, [refs + refs],
+                           test_type="bs", n_samples=200)()
+    assert rows["h4-dk64-dv64"]["p"] == scores["BLEU"][1].p_value
+    # h2 has seed 1 only: compared with the base's seed 1
+    _, scores = PairedTest([("base", CELLS[8]["hyps"]), ("h2", CELLS[2]["hyps"])], {"BLEU": BLEU()}, [refs],
+                           test_type="bs", n_samples=200)()
+    assert rows["h2-dk128-dv128"]["p"] == scores["BLEU"][1].p_value
+    assert 0 < rows["h2-dk128-dv128"]["p"] <= 1
+
+
+def test_paper_rows_match_by_settings_relative_to_the_base(sweep_dir):
+    _, rows, _ = rows_by_label(sweep_dir)
+    assert rows["h8-dk32-dv32"]["paper"]["row"] == "base"
+    paper_h4 = rows["h4-dk64-dv64"]["paper"]  # d_model 256 here, 512 in the paper: d_k 64 is its 128
+    assert (paper_h4["row"], paper_h4["h"], paper_h4["d_k"], paper_h4["dev_bleu"]) == ("A", 4, 128, 25.5)
+    assert rows["h4-dk64-dv64"]["paper_delta"] == pytest.approx(25.5 - 25.8)
+    assert rows["h2-dk128-dv128"]["paper"] is None  # the paper has no h=2
+
+
+def test_paper_row_lookup_for_other_rows():
+    rows = R.paper_row.__globals__["table3"]()
+    small = {"N": 3, "d_model": 256, "d_ff": 1024, "h": 8, "d_k": 32, "d_v": 32, "P_drop": 0.1, "eps_ls": 0.1,
+             "pos": "sinusoid"}
+    match = lambda **kw: R.paper_row({**small, **kw}, small, rows)  # noqa: E731
+    assert (match(d_k=8)["row"], match(d_k=8)["dev_bleu"]) == ("B", 25.1)  # d_k 16 at the paper's scale
+    assert match(N=1)["dev_bleu"] == 23.7 and match(d_model=512, d_k=64, d_v=64)["dev_bleu"] == 26.0
+    assert match(d_ff=2048)["dev_bleu"] == 26.2
+    assert match(P_drop=0.0)["dev_bleu"] == 24.6 and match(eps_ls=0.2)["dev_bleu"] == 25.7
+    assert match(pos="learned")["row"] == "E" and match(P_drop=0.0, eps_ls=0.0) is None
+
+
+def test_report_files(sweep_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = tmp_path / "reports"
+    paths = R.write_report("table3_a", sweep_dir, out, n_samples=100)
+    assert [p.name for p in paths] == ["table3_a.md", "table3_a.html", "table3_a-bleu.png", "table3_a-params.png"]
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths[2:])
+    md = paths[0].read_text()
+    assert "| base | 8 | 32 | 32 | 7.6 | 800 | 6.90 ± 0.14 | 30.00 ± 1.41 | 31.00 ± 1.41 | 81.0 ± 1.4 | 2 | — | — | base | 4.92 | 25.8 |" in md
+    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 7.6 | 700* |" in md and "| 27.00 | 77.0 | 1 | -4.00 |" in md
+    assert "stopped before trainer.max_steps" in md
+    assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
+    assert "h16-dk16-dv16-s1: no results.json" in md and "h32-dk8-dv8-s1: DataError: bad" in md
+    html = paths[1].read_text()
+    assert "<td>31.00 ± 1.41</td>" in html and "table3_a-bleu.png" in html
+
+
+def test_no_runs_is_one_clear_error(tmp_path, capsys):
+    assert R.main(["--sweep", "table3_b", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run `make sweep SWEEP=table3_b` first" in err
+
+
+def test_wandb_table_only_when_online(sweep_dir, tmp_path, monkeypatch):
+    import wandb
+
+    logged = []
+
+    class FakeRun:
+        def log(self, data):
+            logged.append(data)
+
+        def finish(self):
+            pass
+
+    monkeypatch.setattr(wandb, "init", lambda **kw: logged.append(kw) or FakeRun())
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    R.write_report("table3_a", sweep_dir, tmp_path / "r1", n_samples=50)
+    assert logged == []
+    monkeypatch.setenv("WANDB_MODE", "online")
+    R.write_report("table3_a", sweep_dir, tmp_path / "r2", n_samples=50)
+    init, data = logged
+    assert init["group"] == "table3_a" and init["job_type"] == "report"
+    assert isinstance(data["table3"], wandb.Table) and len(data["table3"].data) == 3
+    assert "BLEU test" in data["table3"].columns and "table3_a-bleu" in data
+
+
+def test_analysis_hook(sweep_dir, tmp_path, monkeypatch):
+    run = sweep_dir / "table3_a" / "h4-dk64-dv64-s1"
+    (run / "analysis").mkdir()
+    (run / "analysis" / "analysis.json").write_text("{}")
+    calls = []
+    fake = types.ModuleType("headsweep.analyze")
+    fake.report_section = lambda run_dirs, out_dir: calls.append((run_dirs, out_dir)) or "## Heads\n\nfrom analyze"
+    monkeypatch.setitem(sys.modules, "headsweep.analyze", fake)
+    R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
+    assert calls == [([run], tmp_path / "r")]
+    assert (tmp_path / "r" / "table3_a.md").read_text().rstrip().endswith("## Heads\n\nfrom analyze")
+
+    monkeypatch.setitem(sys.modules, "headsweep.analyze", None)  # the module missing: no section, no error
+    R.write_report("table3_a", sweep_dir, tmp_path / "r2", n_samples=50)
+    assert "from analyze" not in (tmp_path / "r2" / "table3_a.md").read_text()

@@ -1,0 +1,275 @@
+"""`make sweep`: the specs, grid x seeds expansion, bad input, resume, and one failure not stopping the rest."""
+
+import inspect
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import headsweep.module
+from headsweep import sweep as S
+from headsweep.params import compose
+from headsweep.runs import is_complete
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+SPECS = sorted(S.SWEEPS_DIR.glob("*.yaml"))
+NAMES = [p.stem for p in SPECS]
+# The top-level keys of a W&B sweep spec (docs.wandb.ai, "Sweep configuration options").
+WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "metric", "parameters",
+              "early_terminate", "command", "run_cap"}
+
+
+def test_every_ablation_has_a_small_and_a_paper_spec():
+    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")}
+
+
+@pytest.mark.parametrize("path", SPECS, ids=NAMES)
+def test_spec_is_a_wandb_grid_sweep(path):
+    spec = yaml.safe_load(path.read_text())
+    assert set(spec) <= WANDB_KEYS, set(spec) - WANDB_KEYS
+    assert spec["name"] == path.stem and spec["method"] == "grid"
+    assert spec["metric"] == {"name": "val/bleu", "goal": "maximize"}
+    assert spec["command"] == ["${env}", "${interpreter}", "-m", "headsweep.train", "${args_no_hyphens}"]
+    for key, p in spec["parameters"].items():
+        values = [p["value"]] if "value" in p else p["values"]
+        assert None not in values, key  # W&B would pass the string None
+
+
+def test_spec_metric_is_logged_by_the_trainer():
+    source = inspect.getsource(headsweep.module)
+    for path in SPECS:
+        metric = yaml.safe_load(path.read_text())["metric"]["name"]
+        assert f'self.log("{metric}"' in source, (path.name, metric)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_grid_point_composes(name, tmp_path):
+    sweep = S.plan(name, seeds=1, root=tmp_path)  # composes each cell and builds its model on the meta device
+    spec = yaml.safe_load((S.SWEEPS_DIR / f"{name}.yaml").read_text())
+    n_cells = 1
+    for p in spec["parameters"].values():
+        n_cells *= len(p.get("values", [None]))
+    assert len(sweep.jobs) == n_cells and len({j.name for j in sweep.jobs}) == n_cells
+    assert [j.base for j in sweep.jobs] == [True] + [False] * (n_cells - 1)
+    assert not tmp_path.joinpath(name).exists()  # planning writes nothing
+
+
+@pytest.mark.parametrize("name", ["table3_c", "table3_a_paper", "groups"])
+def test_job_file_composes_the_same_config_as_its_overrides(name, tmp_path):
+    """What a job trains (its job file, merged by Hydra) is what was validated (its command-line form)."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "groups.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {  # config group choices
+        "model": {"values": ["tiny", "small"]}, "budget": {"values": ["short"]}, "model.heads": {"values": [2]}}}))
+    sweep = S.plan(name, seeds=1, root=tmp_path, specs_dir=specs if name == "groups" else S.SWEEPS_DIR)
+    S.write_jobs(sweep, sweep.jobs)
+    search = f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]"
+    for job in sweep.jobs[:3]:
+        via_file = compose([*sweep.common, search, f"+{S.JOB_GROUP}={job.name}"])
+        via_cli = compose([*sweep.common, *job.overrides, f"run_name={job.name}", f"tags=[{','.join(job.tags)}]"])
+        assert via_file == via_cli, job.name
+        assert via_file.run_name == job.name and via_file.sweep == name
+
+
+def test_grid_times_seeds(tmp_path):
+    sweep = S.plan("table3_a", seeds=3, root=tmp_path, budget="short")
+    assert "budget=short" in sweep.common and "sweep=table3_a" in sweep.common
+    cells = ["h8-dk32-dv32", "h1-dk256-dv256", "h2-dk128-dv128", "h4-dk64-dv64", "h16-dk16-dv16", "h32-dk8-dv8"]
+    # seed-major: every cell once before any second seed
+    assert [j.name for j in sweep.jobs] == [f"{c}-s{s}" for s in (1, 2, 3) for c in cells]
+    job = sweep.jobs[7]
+    assert (job.cell, job.seed, job.overrides) == ("h1-dk256-dv256", 2, ["model.heads=1", "seed=2"])
+    assert job.dir == tmp_path / "table3_a" / "h1-dk256-dv256-s2"
+    assert job.tags == ["row-A", "cell-h1-dk256-dv256"]
+    assert sweep.jobs[6].tags == ["row-A", "cell-h8-dk32-dv32", "base"]
+
+    b = S.plan("table3_b", seeds=1, root=tmp_path)
+    assert [j.name for j in b.jobs] == ["h8-dk32-dv32-s1", "h8-dk16-dv32-s1", "h8-dk8-dv32-s1"]
+    assert "model.d_v=32" in b.common  # a `value:` parameter is common to every job
+    d = S.plan("table3_d", seeds=2, root=tmp_path)
+    assert len(d.jobs) == 18 and d.jobs[0].name == "h8-dk32-dv32-drop0.1-ls0.1-s1"
+    c = S.plan("table3_c", seeds=1, root=tmp_path)
+    assert [j.cell for j in c.jobs][:2] == ["h8-dk32-dv32-N3-dm256-ff1024", "h8-dk32-dv32-N1-dm256-ff1024"]
+
+
+def test_paper_scale_is_one_option_away(capsys):
+    assert S.main(["--sweep", "table3_a", "--scale", "paper", "--dry"]) == 0
+    out = capsys.readouterr().out
+    assert "table3_a_paper.yaml" in out and "model=paper_base trainer=gpu" in out
+    assert "h1-dk512-dv512-s1" in out and "h2-" not in out  # the paper's row A: d_k = 512 / h
+
+
+def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, capsys, no_launch):
+    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--dry", "hydra.launcher.n_jobs=2"]
+    assert S.main([*args, "--launcher", "joblib"]) == 0
+    assert "hydra/launcher=joblib" in capsys.readouterr().out
+    assert S.main(args) == 2  # the basic launcher has no n_jobs
+    assert "Could not override 'hydra.launcher.n_jobs'" in capsys.readouterr().err
+    assert S.main([*args, "--launcher", "slurm"]) == 2
+    assert "unknown launcher 'slurm'; one of basic, joblib, submitit" in capsys.readouterr().err
+
+
+def test_unknown_sweep_lists_the_available_ones(capsys):
+    assert S.main(["--sweep", "table3_z", "--dry"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: table3_a, table3_a_paper," in err
+
+
+def write_spec(tmp_path, parameters: dict) -> Path:
+    specs = tmp_path / "specs"
+    specs.mkdir(exist_ok=True)
+    (specs / "bad.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": parameters}))
+    return specs
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("a job was launched")
+
+    monkeypatch.setattr(S.subprocess, "run", fail)
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"model.heads": {"values": [8]}, "model.head": {"values": [1, 2]}},
+     "parameter 'model.head' is not a config key or value here: Could not override 'model.head'."),
+    ({"model.heads": {"values": [8, 3]}}, "cell model.heads=3: model config: heads=3 does not divide d_model=256"),
+    ({"seed": {"values": [1, 2]}}, "parameter 'seed' is set by the sweep itself"),
+    ({"model.d_k": {"values": [None]}}, "has a null value"),
+])
+def test_bad_spec_stops_before_any_job_with_one_line(tmp_path, capsys, no_launch, parameters, message):
+    specs = write_spec(tmp_path, parameters)
+    assert S.main(["--sweep", "bad", "--specs", str(specs), "--root", str(tmp_path / "mr")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "mr").exists()
+
+
+def test_bad_override_stops_before_any_job(tmp_path, capsys, no_launch):
+    assert S.main(["--sweep", "table3_e", "--root", str(tmp_path), "model.positons=learned"]) == 2
+    assert "Could not override 'model.positons'" in capsys.readouterr().err
+    assert S.main(["--sweep", "table3_e", "--root", str(tmp_path), "seed=3"]) == 2
+    assert "seed is set per job by the sweep" in capsys.readouterr().err
+
+
+def fake_results(run_dir: Path, status: str = "complete") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "results.json").write_text(json.dumps({"status": status, "error": "boom"}))
+
+
+def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_launch):
+    fake_results(tmp_path / "table3_a" / "h1-dk256-dv256-s1")
+    assert S.main(["--sweep", "table3_a", "--dry", "--root", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    jobs = [line.split() for line in lines if line.startswith("  ")]
+    assert len(jobs) == 6
+    assert jobs[1][:2] == ["done", "h1-dk256-dv256-s1"] and jobs[1][2:] == ["model.heads=1", "seed=1"]
+    assert all(j[:2] == ["to", "run"] for k, j in enumerate(jobs) if k != 1)
+    assert lines[-1].startswith("would run: ") and "+sweep_job=h8-dk32-dv32-s1,h2-dk128-dv128-s1," in lines[-1]
+    assert sorted(p.name for p in (tmp_path / "table3_a").iterdir()) == ["h1-dk256-dv256-s1"]
+
+
+def test_resume_skips_finished_jobs_and_reruns_unfinished_ones(tmp_path, monkeypatch, capsys):
+    sweep = S.plan("table3_e", seeds=2, root=tmp_path)
+    finished, killed, failed = sweep.jobs[0], sweep.jobs[1], sweep.jobs[2]
+    fake_results(finished.dir)
+    killed.dir.mkdir(parents=True)
+    (killed.dir / "train.log").write_text("killed mid-training\n")
+    (killed.dir / "checkpoints").mkdir()
+    fake_results(failed.dir, status="failed")
+    launched = []
+
+    def fake_multirun(cmd, **kwargs):  # a launcher whose jobs all finish
+        names = next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        launched.extend(names)
+        for name in names:
+            assert (sweep.dir / ".jobs" / S.JOB_GROUP / f"{name}.yaml").is_file()
+            assert not (sweep.dir / name).exists()  # unfinished output was set aside before the rerun
+            fake_results(sweep.dir / name)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
+    assert S.run(sweep) == 0
+    assert launched == [j.name for j in sweep.jobs[1:]]
+    assert all(is_complete(j.dir) for j in sweep.jobs)
+    kept = sorted(p.name.rsplit(".", 1)[0] for p in (sweep.dir / ".incomplete").iterdir())
+    assert kept == [killed.name, failed.name]
+    assert "3 done, 1 skipped (already complete), 0 failed" in capsys.readouterr().out
+
+    launched.clear()
+    assert S.run(sweep) == 0 and launched == []  # the same command again: nothing left to run
+    assert "nothing to run" in capsys.readouterr().out
+
+
+def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
+    sweep = S.plan("table3_e", seeds=2, root=tmp_path)
+
+    def fake_multirun(cmd, **kwargs):
+        fake_results(sweep.jobs[0].dir)
+        sweep.jobs[1].dir.mkdir()
+        (sweep.jobs[1].dir / "results.json").write_text(json.dumps(
+            {"status": "failed", "error": "DataError: bad file", "log": "/x/train.log"}))
+        sweep.jobs[2].dir.mkdir()
+        (sweep.jobs[2].dir / "train.log").write_text("")  # killed: a log, no results.json
+        fake_results(sweep.jobs[3].dir)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
+    assert S.run(sweep) == 1
+    out = capsys.readouterr().out
+    assert "2 done, 0 skipped (already complete), 2 failed" in out
+    assert f"failed {sweep.jobs[1].name}: DataError: bad file (log: /x/train.log)" in out
+    assert f"failed {sweep.jobs[2].name}: no results.json: killed or crashed (log: {sweep.jobs[2].dir}/train.log)" in out
+
+
+TINY = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300",
+        "data.max_tokens=1024", "trainer.max_steps=10", "module.warmup_steps=4", "logger.wandb.mode=offline"]
+
+
+@needs_data  # about 15 s on an idle 2-core CPU (over a minute on a busy one)
+def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
+    """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
+    from headsweep.report import write_report
+
+    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
+    assert S.main(args) == 0, capsys.readouterr()
+    assert "2 done, 0 skipped (already complete), 0 failed" in capsys.readouterr().out
+    runs = {p.name: json.loads((p / "results.json").read_text()) for p in (tmp_path / "multirun" / "table3_e").glob("h*")}
+    assert set(runs) == {"h4-dk8-dv8-pos-sinusoidal-s1", "h4-dk8-dv8-pos-learned-s1"}
+    learned = runs["h4-dk8-dv8-pos-learned-s1"]
+    assert learned["status"] == "complete" and "val/bleu" in learned["metrics"]  # the specs' metric
+    cfg = learned["config"]
+    assert (cfg["model"]["positions"], cfg["seed"], cfg["sweep"]) == ("learned", 1, "table3_e")
+    assert cfg["tags"] == ["row-E", "cell-h4-dk8-dv8-pos-learned"] and cfg["logger"]["wandb"]["group"] == "table3_e"
+    assert list((tmp_path / "multirun" / "table3_e" / "h4-dk8-dv8-pos-learned-s1" / "wandb").glob("offline-run-*"))
+
+    paths = write_report("table3_e", tmp_path / "multirun", tmp_path / "reports", n_samples=100)
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    assert "| base |" in (tmp_path / "reports" / "table3_e.md").read_text()
+
+    monkeypatch.setattr(S.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
+    assert S.main(args) == 0 and "nothing to run" in capsys.readouterr().out
+
+
+@needs_data
+def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
+    """The real multirun, Hydra's basic launcher: both jobs fail on their data (data.max_len), fast; the
+    second still ran after the first had failed, and each failure is recorded where the summary finds it."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "fail.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {
+        "data.max_len": {"values": [1, 2]}}}))
+    root = tmp_path / "multirun"
+    args = ["--sweep", "fail", "--specs", str(specs), "--root", str(root), *TINY, f"data.cache_dir={tmp_path / 'c'}"]
+    assert S.main(args) == 1
+    out = capsys.readouterr().out
+    assert "0 done, 0 skipped (already complete), 2 failed" in out
+    for n in (1, 2):
+        job = root / "fail" / f"h4-dk8-dv8-max_len{n}-s1"
+        error = f"DataError: split 'train': every pair is longer than data.max_len={n}; raise it"
+        assert json.loads((job / "results.json").read_text())["error"] == error
+        assert f"failed {job.name}: {error} (log: {job}/train.log)" in out
+        assert "every pair is longer" in (job / "train.log").read_text()
