@@ -49,8 +49,8 @@ test: setup  ## Fast tests (under ~10 min)
 test-all: setup  ## All tests, slow ones included
 	$(PY) -m pytest -q -m ""
 
-bench: setup  ## Speed: training tokens/s and MFU vs a plain nn.Transformer loop, attention, decoding
-	$(PY) -m headsweep.bench $(ARGS)
+bench: setup  ## Speed vs baselines timed in the same run: training, attention, decoding [CKPT=run dir]
+	$(PY) -m headsweep.bench $(if $(CKPT),--ckpt "$(CKPT)") $(ARGS)
 
 params: setup  ## Parameter counts of every Table 3 row beside the paper's (no data, no training)
 	$(PY) -m headsweep.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)

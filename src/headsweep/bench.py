@@ -7,6 +7,7 @@
 3. Decoding: cached greedy / beam vs a naive decoder that re-runs the prefix (headsweep.bench_decoding).
 
     python -m headsweep.bench [--steps 10] [--profile] [--skip attention,decoding]
+                              [--ckpt RUN_DIR --sentences 1000]   (decoding with a trained model)
 """
 
 from __future__ import annotations
@@ -185,6 +186,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--profile", action="store_true", help="print where a training step's time goes")
     parser.add_argument("--skip", default="", help="comma-separated: training,attention,decoding")
+    parser.add_argument("--ckpt", default=None,
+                        help="decoding: a trained run or checkpoint (default: a random default-size model)")
+    parser.add_argument("--sentences", type=int, default=None,
+                        help="decoding: test sentences per decoder (default 1000 with --ckpt, else 100)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     torch.manual_seed(0)
@@ -199,7 +204,8 @@ def main() -> None:
         except ImportError:
             print("\n(decoding benchmark not available)")
         else:
-            decoding_main([])
+            sentences = args.sentences or (1000 if args.ckpt else 100)
+            decoding_main([*(["--ckpt", args.ckpt] if args.ckpt else []), "--sentences", str(sentences)])
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-log = logging.getLogger("headsweep.train")
 from headsweep.runs import RESULTS
+
+log = logging.getLogger("headsweep.train")
 
 
 class ConfigError(ValueError):
@@ -151,7 +152,23 @@ def train(cfg: DictConfig) -> dict:
 
         wandb.finish()  # every job of a multirun gets its own W&B run
     print_summary(results)
+    if cfg.get("analysis"):
+        analyze_after_training(out_dir, OmegaConf.to_container(cfg.analysis, resolve=True),
+                               resolved["logger"].get("wandb", {}).get("mode"))
     return metrics
+
+
+def analyze_after_training(run_dir: Path, settings: dict, wandb_mode: str | None) -> None:
+    """Head importance, pruning and roles of the finished run (analysis=default) into <run>/analysis/.
+    It runs after results.json is written: a failure here is logged and never costs the run."""
+    from headsweep.analyze import analyze, summary
+
+    try:
+        analysis, out = analyze(run_dir, wandb_mode=wandb_mode, **settings)
+    except Exception:
+        log.exception("head analysis failed; the run itself is complete. Retry: make analyze CKPT=%s", run_dir)
+        return
+    print(summary(analysis, out), flush=True)
 
 
 def print_summary(results: dict) -> None:

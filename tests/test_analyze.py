@@ -1,0 +1,249 @@
+"""Head importance, pruning, roles and head dropout (Michel et al. 2019, Voita et al. 2019), and
+`python -m headsweep.analyze` on a tiny checkpoint."""
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from headsweep import analyze as A
+from headsweep.attention import MultiHeadAttention
+from headsweep.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
+                                  pruning_order, sentence_losses)
+from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
+from headsweep.roles import attention_stats, role_label
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+
+
+def tiny_net(**kw) -> Transformer:
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=23, d_model=16, n_layers=2, heads=4, d_k=3, d_v=5, d_ff=24, dropout=0.0) | kw
+    return Transformer(TransformerConfig(**cfg)).double().eval()
+
+
+def tiny_batch(B: int = 3, S: int = 7, T: int = 6) -> dict:
+    g = torch.Generator().manual_seed(1)
+    src, tgt = torch.randint(4, 23, (B, S), generator=g), torch.randint(4, 23, (B, T + 1), generator=g)
+    src[0, -2:] = 0  # padding in the first sentence of each side
+    tgt[0, -2:] = 0
+    return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+
+# ----------------------------------------------------------------------------- importance
+
+
+def test_gate_gradient_equals_finite_difference():
+    """dL(x)/dxi_h from one backward pass equals (L(xi + d e_h) - L(xi - d e_h)) / 2d, sentence by sentence."""
+    net, batch = tiny_net(), tiny_batch()
+    grads = gate_gradients(net, batch, pad_id=0)
+    assert {k: tuple(v.shape) for k, v in grads.items()} == {k: (3, 2, 4) for k in ATTENTION_KINDS}
+    d = 1e-6
+    for kind, layer, h in [("enc_self", 0, 1), ("dec_self", 1, 3), ("cross", 0, 2), ("cross", 1, 0)]:
+        m = net.attention_layers(kind)[layer]
+        losses = []
+        for sign in (1, -1):
+            m.gate = torch.ones(4, dtype=torch.float64)
+            m.gate[h] += sign * d
+            with torch.no_grad():
+                losses.append(sentence_losses(net, batch, pad_id=0))
+        m.gate = None
+        fd = (losses[0] - losses[1]) / (2 * d)
+        torch.testing.assert_close(grads[kind][:, layer, h], fd, rtol=1e-5, atol=1e-7)
+        assert fd.abs().max() > 1e-4  # a real signal, not two zeros agreeing
+
+
+def test_zero_gate_equals_the_weights_zeroed_model():
+    net, batch = tiny_net(), tiny_batch()
+    zeroed = copy.deepcopy(net)
+    pruned = [("enc_self", 1, 2), ("cross", 0, 0), ("dec_self", 0, 3)]
+    for kind, layer, h in pruned:  # head h's value columns of W^O: it can no longer reach the output
+        m = zeroed.attention_layers(kind)[layer]
+        with torch.no_grad():
+            m.out_proj.weight[:, h * m.d_v:(h + 1) * m.d_v] = 0
+    with torch.no_grad(), gated(net, pruned):
+        gated_logits = net(batch["src"], batch["tgt_in"])
+    with torch.no_grad():
+        expected, full = zeroed(batch["src"], batch["tgt_in"]), net(batch["src"], batch["tgt_in"])
+    torch.testing.assert_close(gated_logits, expected)
+    assert not torch.allclose(full, expected)  # the heads mattered
+    assert all(m.gate is None for k in ATTENTION_KINDS for m in net.attention_layers(k))  # gates restored
+
+
+def test_pruning_order_follows_importance():
+    scores = {"enc_self": torch.tensor([[0.5, 0.1], [0.9, 0.3]]), "dec_self": torch.tensor([[0.2, 0.8]]),
+              "cross": torch.tensor([[0.05, 0.7]])}
+    order = pruning_order(scores)
+    values = [float(scores[k][l, h]) for k, l, h in order]
+    assert values == sorted(values) and order[0] == ("cross", 0, 0) and order[-1] == ("enc_self", 1, 0)
+    assert pruning_order(scores, ["enc_self"]) == [("enc_self", 0, 1), ("enc_self", 1, 1), ("enc_self", 0, 0),
+                                                   ("enc_self", 1, 0)]
+    assert pruned_at(order, 0.0) == [] and pruned_at(order, 1.0) == order and pruned_at(order, 0.5) == order[:4]
+    assert fractions(0.1) == pytest.approx([i / 10 for i in range(11)]) and fractions(0.3)[-1] == 1.0
+    norm = normalise_per_layer(scores)
+    torch.testing.assert_close(norm["enc_self"].norm(dim=-1), torch.ones(2))
+    heads = sorted(order)  # (kind, layer, head) order, as all_heads lists them
+    plan = A.plan_pruning(heads, norm, fractions(0.5), random_orders=2, seed=0)
+    assert plan["all"]["importance"] == pruning_order(norm)
+    assert all(sorted(o) == heads for o in plan["all"]["random"]) and plan["all"]["random"][0] != heads
+    assert plan["cross"]["importance"] == [("cross", 0, 0), ("cross", 0, 1)]
+
+
+def test_prunable_fraction_stops_at_the_first_drop():
+    grid = [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert A.prunable_fraction(grid, [30, 29.5, 28.0, 29.5, 5], 30, 1.0) == 0.25  # not 0.75: the first drop
+    assert A.prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
+
+
+# ----------------------------------------------------------------------------- roles
+
+
+def test_a_shift_by_one_head_is_fully_positional():
+    T = 6
+    prev = torch.zeros(1, 1, T, T)
+    prev[0, 0, 0, 0] = 1.0  # the first token has no previous one: it looks at itself
+    for i in range(1, T):
+        prev[0, 0, i, i - 1] = 1.0
+    nxt = torch.zeros(1, 1, T, T)
+    for i in range(T - 1):
+        nxt[0, 0, i, i + 1] = 1.0
+    nxt[0, 0, T - 1, T - 1] = 1.0
+    valid = torch.ones(1, T, dtype=torch.bool)
+    s = attention_stats(torch.cat([prev, nxt], 1), valid, valid, self_attention=True)
+    share = {m: (total / count).tolist() for m, (total, count) in s.items()}
+    assert share["prev"] == [1.0, 0.0] and share["next"] == [0.0, 1.0]
+    assert share["confidence"] == [1.0, 1.0] and share["entropy"] == [0.0, 0.0]
+    assert role_label(1.0, 0.0, None, 0.9, 0.5) == "positional (prev)" and role_label(0.5, 0.2, 0.1, 0.9, 0.5) == "-"
+
+
+def test_a_uniform_head_has_confidence_one_over_t_and_maximal_entropy():
+    T = 5
+    w = torch.full((2, 1, T, T), 1.0 / T)
+    valid = torch.ones(2, T, dtype=torch.bool)
+    s = attention_stats(w, valid, valid, self_attention=True)
+    conf, n = s["confidence"]
+    ent, _ = s["entropy"]
+    assert float(conf / n) == pytest.approx(1 / T) and float(ent / n) == pytest.approx(math.log(T))
+
+
+def test_rare_word_share_and_padding_excluded():
+    # Keys: token ids [5, 6, 7, pad]; id 7 is the rarest. Head 0 always looks at id 7, head 1 at id 5.
+    ids = torch.tensor([[5, 6, 7, 0]])
+    freq = torch.zeros(10)
+    freq[5], freq[6], freq[7] = 100, 50, 2
+    w = torch.zeros(1, 2, 4, 4)
+    w[0, 0, :, 2], w[0, 1, :, 0] = 1.0, 1.0
+    valid = ids.ne(0)
+    s = attention_stats(w, valid, valid, self_attention=False, key_ids=ids, key_freq=freq)
+    total, count = s["rare"]
+    assert int(count) == 3 and (total / count).tolist() == [1.0, 0.0]  # the padded query is not counted
+    assert "prev" not in s  # positional roles are defined for self-attention only
+
+
+# ----------------------------------------------------------------------------- head dropout
+
+
+def test_head_dropout_zero_and_evaluation_change_nothing():
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, 16)
+    plain = MultiHeadAttention(16, 4, dropout=0.0)
+    dropped = MultiHeadAttention(16, 4, dropout=0.0, head_dropout=0.5)
+    dropped.load_state_dict(plain.state_dict())
+    zero = MultiHeadAttention(16, 4, dropout=0.0, head_dropout=0.0).train()
+    zero.load_state_dict(plain.state_dict())
+    expected = plain.eval()(x)[0]
+    torch.testing.assert_close(zero(x)[0], expected)  # p = 0, training: no dropout
+    torch.testing.assert_close(dropped.eval()(x)[0], expected)  # evaluation: nothing dropped
+    assert not torch.allclose(dropped.train()(x)[0], expected)  # training with p > 0 does drop
+
+
+def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8)
+    m = MultiHeadAttention(8, 4, dropout=0.0, head_dropout=0.25)
+    with torch.no_grad():
+        expected = m.eval()(x)[0]
+        m.train()
+        gates = []
+        m.out_proj.register_forward_pre_hook(lambda mod, args: gates.append(args[0]))
+        outs = torch.stack([m(x)[0] for _ in range(4000)])
+    with torch.no_grad():
+        m.eval()(x)
+    heads = torch.stack(gates[:-1]).view(4000, 2, 3, 4, 2).transpose(2, 3)  # (sample, B, h, T, d_v): W^O's input
+    full = gates[-1].view(2, 3, 4, 2).transpose(1, 2)  # the same at evaluation: no head dropped
+    dropped = heads.abs().amax((-1, -2)).eq(0)  # (sample, B, h): a whole head, every position
+    kept = torch.isclose(heads, full / 0.75, atol=1e-6).all(-1).all(-1)  # rescaled by 1 / (1 - p)
+    assert (dropped ^ kept).all()
+    assert abs(float(dropped.float().mean()) - 0.25) < 0.02
+    assert (dropped[:, 0] != dropped[:, 1]).any()  # drawn per sentence, not once per batch
+    torch.testing.assert_close(outs.mean(0), expected, atol=0.05, rtol=0)
+
+
+# ----------------------------------------------------------------------------- the whole analysis
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    from headsweep.params import compose
+    from headsweep.train import train
+
+    out = tmp_path_factory.mktemp("analyze") / "run"
+    train(compose([
+        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
+        "data.limit_train=200", "data.limit_eval=12", "data.vocab_size=300", "data.max_tokens=1024",
+        "trainer.max_steps=10", "module.warmup_steps=4", "logger.wandb.mode=disabled", "average_last=0",
+        "model.heads=2",
+    ]))
+    return out
+
+
+@needs_data
+def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    A.main(["--ckpt", str(tiny_run), "--max-sentences", "6", "--random-orders", "2", "--step", "0.5",
+            "--sentences", "1", "ein Mann fährt Fahrrad ."])
+    out = tiny_run / "analysis"
+    a = json.loads((out / "analysis.json").read_text())
+    files = [out / f for f in a["files"].values()]
+    files += [out / f for m in a["attention_maps"] for f in m["files"].values()]
+    assert len(a["attention_maps"]) == 2 and len(files) == 6 + 2 * 3
+    assert all(p.is_file() and p.stat().st_size > 0 for p in files), [p for p in files if not p.is_file()]
+    assert list((tiny_run / "wandb").glob("offline-run-*")), "no W&B offline run"  # training logged none
+    n_heads = 3 * 2 * 2  # kinds x layers x heads of model=tiny with heads=2
+    assert len(a["single_head"]) == len(a["roles"]["heads"]) == n_heads
+    # Removing nothing is the full model: the first point of every curve is the full BLEU.
+    for pool in a["pruning"]["pools"].values():
+        assert pool["importance"]["bleu"][0] == a["full"]["bleu"] and pool["n_removed"][0] == 0
+    assert a["pruning"]["pools"]["all"]["n_removed"] == [0, 6, 12]
+    assert "normalised by" in capsys.readouterr().out or "l2" in (out / "analysis.md").read_text()
+
+
+@needs_data
+def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
+    """The evaluator's 0%-pruned point goes through the gates (all ones) and must equal plain decoding."""
+    from headsweep.module import corpus_scores
+    from headsweep.runs import load_datamodule, load_module
+
+    module, dm = load_module(tiny_run), load_datamodule(tiny_run)
+    dm.setup()
+    src, refs = dm.texts("val")
+    batches = A.make_batches(dm, src, refs, dm.eval_max_tokens)
+    plain: list = [None] * len(src)
+    for b in batches:
+        for i, hyp in zip(b["index"].tolist(), module.decode_batch(b["src"])):
+            plain[i] = hyp
+    assert A.Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
+
+
+@needs_data
+def test_bad_arguments_get_one_line(tiny_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        A.main(["--ckpt", str(tiny_run), "--step", "0"])
+    assert e.value.code == 2 and capsys.readouterr().err.startswith("error: --step must be in (0, 1]")
+    with pytest.raises(SystemExit):
+        A.main(["--ckpt", str(tiny_run / "nope")])
+    assert "checkpoint not found" in capsys.readouterr().err
