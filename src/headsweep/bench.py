@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import DataLoader
 
 from headsweep.attention import MultiHeadAttention
 from headsweep.data import TranslationDataModule
@@ -62,7 +63,8 @@ def ours_tokens_per_s(dm: TranslationDataModule, batches: list[dict], warmup: in
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         callbacks=[timer], limit_val_batches=0, num_sanity_val_steps=0,
     )
-    trainer.fit(module, train_dataloaders=batches)
+    # batch_size=None: the loader hands over the prepared batches as they are (no re-collation)
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
     return timer.tokens / (timer.t1 - timer.t0)
 
 
@@ -118,6 +120,9 @@ def bench_training(steps: int, warmup: int, profile: bool) -> None:
     counts = count_parameters(module.net)
     # Training FLOPs per target token: 6 x (non-embedding parameters + the output projection).
     flops_per_token = 6 * (counts["non_embedding"] + dm.vocab_size_actual * SMALL["d_model"])
+    from headsweep.train import auto_precision
+
+    print(f"make train uses {auto_precision()} on this machine (bf16-mixed only where the CPU has bf16 matmuls)")
     print(f"{'precision':<10}{'ours tok/s':>12}{'plain tok/s':>13}{'ratio':>8}{'MFU ours':>10}{'MFU plain':>11}")
     for precision, peak in (("bf16-mixed", peak_bf16), ("32-true", peak_fp32)):
         ours = ours_tokens_per_s(dm, batches, warmup, precision)
