@@ -213,12 +213,15 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     assert len(a["attention_maps"]) == 2 and len(files) == 6 + 2 * 3
     assert all(p.is_file() and p.stat().st_size > 0 for p in files), [p for p in files if not p.is_file()]
     assert list((tiny_run / "wandb").glob("offline-run-*")), "no W&B offline run"  # training logged none
-    n_heads = 3 * 2 * 2  # kinds x layers x heads of model=tiny with heads=2
+    n_heads = 3 * 1 * 2  # kinds x layers x heads of model=tiny (1 layer) with heads=2
     assert len(a["single_head"]) == len(a["roles"]["heads"]) == n_heads
     # Removing nothing is the full model: the first point of every curve is the full BLEU.
     for pool in a["pruning"]["pools"].values():
         assert pool["importance"]["bleu"][0] == a["full"]["bleu"] and pool["n_removed"][0] == 0
-    assert a["pruning"]["pools"]["all"]["n_removed"] == [0, 6, 12]
+    assert a["pruning"]["pools"]["all"]["n_removed"] == [0, 3, 6]
+    drops = [r["bleu_drop_half"] for r in a["kinds"]]  # which kind matters most: most sensitive first
+    assert sorted(r["kind"] for r in a["kinds"]) == sorted(ATTENTION_KINDS) and drops == sorted(drops, reverse=True)
+    assert drops[0] == a["full"]["bleu"] - a["pruning"]["pools"][a["kinds"][0]["kind"]]["importance"]["bleu"][1]
     assert "normalised by" in capsys.readouterr().out or "l2" in (out / "analysis.md").read_text()
 
 
@@ -247,3 +250,15 @@ def test_bad_arguments_get_one_line(tiny_run, capsys):
     with pytest.raises(SystemExit):
         A.main(["--ckpt", str(tiny_run / "nope")])
     assert "checkpoint not found" in capsys.readouterr().err
+
+
+def test_analysis_config_keys_are_analyze_arguments():
+    """analysis=default (run after training, e.g. by sweeps/heads_specialise.yaml) is analyze()'s keywords."""
+    import inspect
+
+    from headsweep.params import compose
+
+    cfg = compose(["analysis=default"])
+    keywords = set(inspect.signature(A.analyze).parameters) - {"ckpt", "out_dir", "wandb_mode"}
+    assert set(cfg.analysis) == keywords
+    assert "analysis" not in compose([])  # off by default

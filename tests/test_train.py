@@ -76,6 +76,19 @@ def test_tiny_run_writes_results(tiny_run):
 
 
 @needs_data
+def test_val_metrics_score_the_final_weights(tiny_run):
+    """10 steps of 8-batch epochs end mid-epoch: one more validation scores the last weights, so val/*
+    (the sweeps' metric) and test/* describe the same model."""
+    import csv
+
+    out, metrics = tiny_run
+    rows = [r for r in csv.DictReader(open(out / "csv" / "metrics.csv")) if r.get("val/bleu")]
+    assert [int(r["step"]) for r in rows] == [7, 10]  # end of epoch 0, then the final weights
+    assert float(rows[-1]["val/ppl"]) == pytest.approx(metrics["val/ppl"])
+    assert float(rows[-1]["val/bleu"]) == pytest.approx(metrics["val/bleu"])
+
+
+@needs_data
 def test_tiny_run_logs_bleu_and_params_to_wandb(tiny_run):
     out, metrics = tiny_run
     (log_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from headsweep.evaluate import ensure_split  # the run's split, or another local file pair
 from headsweep.importance import (
     Head, all_heads, fractions, gated, head_importance, normalise_per_layer, pruned_at, pruning_order,
     sentence_losses,
@@ -69,20 +70,6 @@ def make_batches(datamodule, src_texts: list[str], ref_texts: list[str], max_tok
     items = [{"src": s, "tgt": t, "index": i} for i, (s, t) in enumerate(zip(src_ids, ref_ids))]
     lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, ref_ids)]
     return [collate([items[i] for i in batch]) for batch in TokenBatchSampler(lengths, max_tokens)]
-
-
-def ensure_split(datamodule, split: str) -> None:
-    """Make `split` available: the run's own splits are loaded; another local file pair is added."""
-    from headsweep.data import DataError
-
-    try:
-        datamodule.texts(split)
-        return
-    except DataError:
-        if datamodule.source != "local":
-            raise
-    src, tgt = datamodule._load_local(split)  # names the missing file if there is none
-    datamodule.add_split(split, src, tgt)
 
 
 def source_frequencies(datamodule) -> torch.Tensor:
@@ -532,6 +519,7 @@ def analyze(
                   "counts": {label: sum(r["role"] == label for r in role_rows)
                              for label in sorted({r["role"] for r in role_rows})}},
         "attention_maps": maps,
+        "kinds": kind_sensitivity(raw, pruning, grid, full["bleu"]),
         "files": files,
         "cost": {"decodes": evaluate.decodes, "decode_seconds": round(evaluate.seconds, 1),
                  "seconds_per_decode": round(evaluate.seconds / max(evaluate.decodes, 1), 2)},
@@ -541,6 +529,18 @@ def analyze(
     (out / files["json"]).write_text(json.dumps(analysis, indent=1))
     log_to_wandb(analysis, out, run_dir, results, wandb_mode)
     return analysis, out
+
+
+def kind_sensitivity(raw: dict, pruning: dict, grid: list[float], full_bleu: float) -> list[dict]:
+    """Which attention kind matters most: per kind, the mean raw importance of its heads (the per-layer
+    normalisation would make every kind look alike) and the BLEU lost when half of its heads are removed
+    in importance order; most sensitive first (Michel et al. found encoder-decoder attention the most)."""
+    half = min(range(len(grid)), key=lambda i: abs(grid[i] - 0.5))
+    rows = [{"kind": kind, "mean_raw_importance": float(raw[kind].mean()), "removed": grid[half],
+             "bleu_drop_half": full_bleu - pruning[kind]["importance"]["bleu"][half],
+             "bleu_drop_all": full_bleu - pruning[kind]["importance"]["bleu"][-1],
+             "prunable": pruning[kind]["prunable"]["importance"]} for kind in ATTENTION_KINDS]
+    return sorted(rows, key=lambda r: (-r["bleu_drop_half"], -r["mean_raw_importance"]))
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -620,6 +620,12 @@ def markdown(a: dict) -> str:
             row.append(f"{pools[p]['importance']['bleu'][i]:.2f}{r}")
         rows.append(row)
     lines += ["BLEU at each step:", ""] + _table(header, rows)
+    lines += ["**Which attention kind matters most** (most sensitive first: BLEU lost with half of the kind's "
+              "heads removed in importance order; mean raw importance E|∂L/∂ξ| before normalisation):", ""]
+    lines += _table(["attention", "mean raw importance", f"ΔBLEU, {a['kinds'][0]['removed']:.0%} removed",
+                     "ΔBLEU, all removed", "prunable"],
+                    [[KIND_NAMES[r["kind"]], f"{r['mean_raw_importance']:.3f}", f"{-r['bleu_drop_half']:+.2f}",
+                      f"{-r['bleu_drop_all']:+.2f}", f"{r['prunable']:.0%}"] for r in a["kinds"]])
     lines += [
         "## Head roles (Voita et al. 2019)", "",
         "Per head, over every query token of the split (teacher-forced on the references): confidence = mean "
@@ -714,6 +720,8 @@ def summary(a: dict, out: Path) -> str:
         p = pools[pool]["prunable"]
         lines.append(f"    {'all heads' if pool == 'all' else KIND_NAMES[pool]:<26} {p['importance']:.0%} / "
                      f"{_f(p['random_mean'], '{:.0%}')} of {pools[pool]['n_heads']}")
+    lines.append("  most sensitive kind: " + ", ".join(
+        f"{KIND_NAMES[r['kind']]} {-r['bleu_drop_half']:+.2f} BLEU at {r['removed']:.0%} removed" for r in a["kinds"]))
     lines += [
         "  roles: " + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
         + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",

@@ -69,6 +69,7 @@ class TranslationModule(pl.LightningModule):
         self.hypotheses: dict[str, list[str]] = {}  # split -> hypotheses in file order (test)
         self.scores: dict[str, dict] = {}
         self._train_tokens, self._train_seconds, self._t0 = 0, 0.0, None
+        self.val_bleu_step = -1  # the training step whose weights the last val/bleu scored
 
     # ----- training -----
     def loss(self, batch: dict, smoothing: float | None = None) -> tuple[Tensor, int]:
@@ -130,8 +131,11 @@ class TranslationModule(pl.LightningModule):
             self._eval_outputs.append((batch["index"].cpu(), self.decode_batch(batch["src"])))
 
     def val_bleu_now(self) -> bool:
-        """Greedy-decode the validation set every `eval_every` epochs (and never in the sanity check)."""
-        return not self.trainer.sanity_checking and (self.current_epoch + 1) % self.hparams.eval_every == 0
+        """Greedy-decode the validation set every `eval_every` epochs (never in the sanity check), and
+        always in trainer.validate() (training's final validation of the last weights)."""
+        if self.trainer.sanity_checking:
+            return False
+        return self.trainer.state.fn == "validate" or (self.current_epoch + 1) % self.hparams.eval_every == 0
 
     def on_validation_epoch_end(self):
         loss = self.trainer.callback_metrics.get("val/loss")
@@ -143,6 +147,7 @@ class TranslationModule(pl.LightningModule):
             scores = corpus_scores(hyps, self.trainer.datamodule.texts(split)[1])
             self.log("val/bleu", scores["bleu"], prog_bar=True)
             self.log("val/chrf", scores["chrf"])
+            self.val_bleu_step = self.global_step
 
     def test_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch, smoothing=0.0)

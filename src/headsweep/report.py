@@ -16,6 +16,7 @@ import html
 import importlib
 import json
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -452,6 +453,8 @@ def write_report(sweep: str, root: Path = Path("multirun"), out_dir: Path = Path
         *[f"<p><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></p>" for p in images],
         # the analysis section is markdown; shown as text rather than adding a markdown dependency
         f"<pre>{html.escape(section)}</pre>" if section else "",
+        *[f"<p><img src='{html.escape(name)}' alt='{html.escape(name)}'></p>"
+          for name in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section or "")],
         "</body></html>",
     ])
     html_path.write_text(html_body)

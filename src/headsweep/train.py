@@ -95,7 +95,12 @@ def train(cfg: DictConfig) -> dict:
     try:
         trainer.fit(module, datamodule=datamodule)
         train_seconds = time.time() - start
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # test() resets them
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate()/test() reset them
+        if module.val_bleu_step != trainer.global_step:
+            # Training stopped mid-epoch (max_steps / max_time) or between BLEU epochs: score the final
+            # weights, so val/* (the sweeps' metric) describe the same model as test/*.
+            trainer.validate(module, datamodule=datamodule, verbose=False)
+            metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         trainer.test(module, datamodule=datamodule, verbose=False)
         metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
         metrics["train/tgt_tokens_per_s"] = module._train_tokens / max(module._train_seconds, 1e-9)
