@@ -812,8 +812,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--split", default=DEFAULTS["split"], help="the run's split, or another local file pair")
     p.add_argument("--max-sentences", type=int, default=DEFAULTS["max_sentences"],
                    help="decode the first N sentences for each ablation and pruning step (0 = all). Each of the "
-                        "~230 distinct models of the default 72-head model decodes them once: 300 takes ~10 min "
-                        "on 2 CPU cores; importance and roles always use the whole split")
+                        "~230 distinct models of the default 72-head model decodes them once, and heavily pruned "
+                        "ones decode to the length limit: 300 took ~25-30 min on 2 CPU cores; importance and roles "
+                        "always use the whole split")
     p.add_argument("--random-orders", type=int, default=DEFAULTS["random_orders"],
                    help="random pruning orders per pool, the baseline (0 = none)")
     p.add_argument("--step", type=float, default=DEFAULTS["step"], help="fraction of the pool removed per pruning step")

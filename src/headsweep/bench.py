@@ -107,7 +107,11 @@ def plain_tokens_per_s(vocab: int, batches: list[dict], warmup: int, bf16: bool)
 
 
 def bench_training(steps: int, warmup: int, profile: bool) -> None:
-    dm = TranslationDataModule()
+    import hydra
+
+    from headsweep.params import compose
+
+    dm = hydra.utils.instantiate(compose(["paths.output_dir=/tmp/headsweep-bench"]).data)  # make train's batches
     dm.setup("fit")
     it = iter(dm.train_dataloader())
     batches = [next(it) for _ in range(steps + warmup)]
