@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import hydra
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,8 @@ from headsweep.attention import MultiHeadAttention
 from headsweep.data import TranslationDataModule
 from headsweep.model import count_parameters
 from headsweep.module import TranslationModule
+from headsweep.params import compose
+from headsweep.train import auto_precision
 
 SMALL = dict(d_model=256, n_layers=3, heads=8, d_ff=1024, dropout=0.1)
 
@@ -107,10 +110,6 @@ def plain_tokens_per_s(vocab: int, batches: list[dict], warmup: int, bf16: bool)
 
 
 def bench_training(steps: int, warmup: int, profile: bool) -> None:
-    import hydra
-
-    from headsweep.params import compose
-
     dm = hydra.utils.instantiate(compose(["paths.output_dir=/tmp/headsweep-bench"]).data)  # make train's batches
     dm.setup("fit")
     it = iter(dm.train_dataloader())
@@ -124,8 +123,6 @@ def bench_training(steps: int, warmup: int, profile: bool) -> None:
     counts = count_parameters(module.net)
     # Training FLOPs per target token: 6 x (non-embedding parameters + the output projection).
     flops_per_token = 6 * (counts["non_embedding"] + dm.vocab_size_actual * SMALL["d_model"])
-    from headsweep.train import auto_precision
-
     print(f"make train uses {auto_precision()} on this machine (bf16-mixed only where the CPU has bf16 matmuls)")
     print(f"{'precision':<10}{'ours tok/s':>12}{'plain tok/s':>13}{'ratio':>8}{'MFU ours':>10}{'MFU plain':>11}")
     for precision, peak in (("bf16-mixed", peak_bf16), ("32-true", peak_fp32)):
