@@ -16,11 +16,14 @@ SEEDS ?= 1
 BUDGET ?=
 DRY ?=
 LAUNCHER ?=
+JOBS ?=
+RESULTS ?= results
 CKPT ?=
 SPLIT ?=
 BEAM ?=
 ALPHA ?=
 AVG ?=
+RESUME ?=
 
 .PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze clean
 
@@ -37,8 +40,8 @@ $(SETUP_STAMP): pyproject.toml
 
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
 
-train: setup  ## Train the default model on Multi30k de->en (about 25 min on 2 CPU cores)
-	$(PY) -m headsweep.train $(ARGS)
+train: setup  ## Train the default model on Multi30k de->en (about 25 min on 2 CPU cores) [RESUME=<run dir>]
+	$(if $(RESUME),$(PY) -m headsweep.resume "$(RESUME)" $(ARGS),$(PY) -m headsweep.train $(ARGS))
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
 	$(PY) -m headsweep.train experiment=smoke $(ARGS)
@@ -59,12 +62,12 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 	$(PY) -m headsweep.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
-sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=short LAUNCHER=joblib DRY=1]
+sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation JOBS=2 LAUNCHER=.. DRY=1]
 	$(PY) -m headsweep.sweep --sweep $(SWEEP) --seeds $(SEEDS) $(if $(BUDGET),--budget $(BUDGET)) \
-		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(DRY),--dry) $(ARGS)
+		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
 
-report: setup  ## Write reports/<sweep>.md + .html from the sweep's results.json files: make report SWEEP=table3_a
-	$(PY) -m headsweep.report --sweep $(SWEEP) $(ARGS)
+report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
+	$(PY) -m headsweep.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

@@ -259,6 +259,41 @@ def test_token_batch_sampler_properties():
     assert [i for b in e for i in b] == flat
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_data_parallel_ranks_split_each_epoch(world):
+    """Each rank takes an equally long share of the one-process epoch (same shuffle on every rank); the
+    shares are disjoint but for the few batches that top up the last ones, and together they are the
+    one-process epoch."""
+    random.seed(1)
+    lengths = [random.randint(1, 60) for _ in range(2000)]
+    one = [tuple(b) for b in TokenBatchSampler(lengths, 256, shuffle=True, seed=3)]
+    for epoch in (0, 1):
+        shares = []
+        for rank in range(world):
+            s = TokenBatchSampler(lengths, 256, shuffle=True, seed=3, rank=rank, world_size=world)
+            s.set_epoch(epoch)
+            shares.append([tuple(b) for b in s])
+            assert len(s) == len(shares[-1]) == -(-len(one) // world)
+        one_epoch = TokenBatchSampler(lengths, 256, shuffle=True, seed=3)
+        one_epoch.set_epoch(epoch)
+        one = [tuple(b) for b in one_epoch]
+        union = [b for share in shares for b in share]
+        assert set(union) == set(one)
+        assert len(union) - len(set(union)) == len(shares[0]) * world - len(one) < world  # only the top-up repeats
+    with pytest.raises(DataError, match="rank 2 is not in 0..1"):
+        TokenBatchSampler(lengths, 256, rank=2, world_size=2)
+
+
+def test_resumed_epoch_continues_its_batch_order():
+    lengths = list(range(1, 300))
+    s = TokenBatchSampler(lengths, 256, shuffle=True, seed=5)
+    s.set_epoch(2)
+    full = list(s)
+    s.skip = 7
+    assert list(s) == full[7:]
+    assert list(s) == full  # the skip applies to one iteration only
+
+
 def test_lightning_reaches_set_epoch(corpus, tmp_path):
     from lightning_fabric.utilities.data import _set_sampler_epoch
 

@@ -2,6 +2,7 @@
 
 import inspect
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def test_paper_scale_is_one_option_away(capsys):
 
 
 def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, capsys, no_launch):
-    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--dry", "hydra.launcher.n_jobs=2"]
+    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--dry", "--jobs", "1", "hydra.launcher.n_jobs=2"]
     assert S.main([*args, "--launcher", "joblib"]) == 0
     assert "hydra/launcher=joblib" in capsys.readouterr().out
     assert S.main(args) == 2  # the basic launcher has no n_jobs
@@ -242,7 +243,8 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
     from headsweep.report import write_report
 
-    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
+    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
+            "--jobs", "1", *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
     assert S.main(args) == 0, capsys.readouterr()
     assert "2 done, 0 skipped (already complete), 0 failed" in capsys.readouterr().out
     runs = {p.name: json.loads((p / "results.json").read_text()) for p in (tmp_path / "multirun" / "table3_e").glob("h*")}
@@ -273,7 +275,8 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
     (specs / "fail.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {
         "data.max_len": {"values": [1, 2]}}}))
     root = tmp_path / "multirun"
-    args = ["--sweep", "fail", "--specs", str(specs), "--root", str(root), *TINY, f"data.cache_dir={tmp_path / 'c'}"]
+    args = ["--sweep", "fail", "--specs", str(specs), "--root", str(root), "--results", str(tmp_path / "results"),
+            "--jobs", "1", *TINY, f"data.cache_dir={tmp_path / 'c'}"]
     assert S.main(args) == 1
     out = capsys.readouterr().out
     assert "0 done, 0 skipped (already complete), 2 failed" in out
@@ -283,3 +286,80 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
         assert json.loads((job / "results.json").read_text())["error"] == error
         assert f"failed {job.name}: {error} (log: {job}/train.log)" in out
         assert "every pair is longer" in (job / "train.log").read_text()
+
+
+def test_jobs_share_the_cores(tmp_path):
+    sweep = S.plan("table3_e", seeds=1, root=tmp_path, jobs=2, cores=2)
+    assert {"hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1"} <= set(sweep.common)
+    assert sweep.threads == 1
+    cfg = compose([*sweep.common, *sweep.jobs[0].overrides])
+    assert cfg.threads == 1
+    assert S.plan("table3_e", seeds=1, root=tmp_path, jobs=1, cores=2).threads is None
+
+
+@pytest.mark.parametrize("jobs, launcher, message", [
+    (0, "basic", "JOBS=0: run between 1 and 2 jobs at once"),
+    (3, "basic", "JOBS=3: run between 1 and 2 jobs at once"),
+    (2, "submitit", "JOBS=2 runs local jobs in parallel with the joblib launcher, not submitit"),
+])
+def test_bad_jobs_stop_before_any_job(tmp_path, jobs, launcher, message):
+    with pytest.raises(S.SweepError, match=re.escape(message)):
+        S.plan("table3_e", seeds=1, root=tmp_path, jobs=jobs, cores=2, launcher=launcher)
+
+
+def test_cells_with_unequal_steps_are_refused(tmp_path, capsys, no_launch):
+    specs = write_spec(tmp_path, {"trainer.max_steps": {"values": [600, 900]}})
+    assert S.main(["--sweep", "bad", "--specs", str(specs), "--root", str(tmp_path / "mr")]) == 2
+    assert "the cells would train for unequal or unlimited steps" in capsys.readouterr().err
+
+
+def finished_export(sweep: S.Sweep, job: S.Job, **changes) -> None:
+    """A complete results/ entry for `job`, trained with the job's own settings unless `changes` says."""
+    from omegaconf import OmegaConf
+
+    cfg = compose([*sweep.common, *job.overrides, f"run_name={job.name}"])
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value)
+    cfg.trainer.precision = "32-true"
+    job.export.mkdir(parents=True)
+    resolved = OmegaConf.to_container(cfg, resolve=False)
+    resolved["module"]["model"] = resolved["model"]
+    (job.export / "results.json").write_text(json.dumps({"status": "complete", "config": resolved}))
+
+
+def test_results_folder_counts_as_done_and_must_match(tmp_path, capsys, no_launch):
+    results = tmp_path / "results"
+    sweep = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    finished_export(sweep, sweep.jobs[0])
+    again = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    assert [j.done for j in again.jobs] == [True, False]
+    finished_export(sweep, sweep.jobs[1], **{"trainer.max_steps": 123})
+    with pytest.raises(S.SweepError, match=r"holds a run with other settings than job h8-dk32-dv32-pos-learned-s1 "
+                                           r"\(1 differ, e.g. trainer.max_steps: 123 there, 2100 here\)"):
+        S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+
+
+def test_killed_job_with_a_checkpoint_resumes_in_place(tmp_path, monkeypatch, capsys):
+    sweep = S.plan("table3_e", seeds=1, root=tmp_path, jobs=1)
+    killed = sweep.jobs[0]
+    (killed.dir / "checkpoints").mkdir(parents=True)
+    (killed.dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    S.run(sweep)
+    assert (killed.dir / "checkpoints" / "last.ckpt").is_file() and not (tmp_path / "table3_e" / ".incomplete").exists()
+    assert f"{killed.name}: resumes from {killed.dir / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
+
+
+def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch, capsys):
+    sweep = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
+    job = sweep.jobs[0]
+    fake_results(job.dir)
+    (job.dir / "hypotheses").mkdir()
+    (job.dir / "hypotheses" / "test.greedy.en").write_text("a\n")
+    (job.dir / "checkpoints").mkdir()
+    (job.dir / "checkpoints" / "last.ckpt").write_bytes(b"big")
+    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    S.run(sweep)
+    assert is_complete(job.export) and (job.export / "hypotheses" / "test.greedy.en").read_text() == "a\n"
+    assert not (job.export / "checkpoints").exists()
+    assert json.loads((job.export / "results.json").read_text())["exported_from"] == str(job.dir)

@@ -1,6 +1,7 @@
 """Configs compose, and a tiny end-to-end run writes results.json, W&B files and a reloadable checkpoint."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,33 @@ def test_same_seed_same_loss_curve(tmp_path):
         col = header.index("train/loss")
         curves.append([r.split(",")[col] for r in rows[1:] if r.split(",")[col]])
     assert len(curves[0]) == 10 and curves[0] == curves[1]
+
+
+@needs_data
+def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
+    """The default linear schedule reaches zero at max_steps; results.json names the threads it used."""
+    out, _ = tiny_run
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 10
+    assert ckpt["lr_schedulers"][0]["base_lrs"] == [1e-3]
+    last_lr = ckpt["lr_schedulers"][0]["_last_lr"][0]  # the rate after the last step
+    assert last_lr == pytest.approx(0.0, abs=1e-12)
+    assert json.loads((out / "results.json").read_text())["threads"] == torch.get_num_threads()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["trainer.max_steps=400", "module.warmup_steps=500"],
+     "module.warmup_steps=500 is not shorter than trainer.max_steps=400"),
+    (["trainer.max_time='00:00:00:30'"], "trainer.max_time=00:00:00:30 is shorter than one validation"),
+    (["trainer.max_time=25min"], "write it as \"DD:HH:MM:SS\""),
+    (["trainer.max_steps=-1", "trainer.max_time=null"], "module.schedule=linear decays to zero at the end of the budget"),
+    (["module.schedule=step"], "module.schedule must be one of linear, cosine, inverse_sqrt"),
+])
+def test_budget_that_cannot_fit_fails_before_data(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
+
+
+def test_inverse_sqrt_needs_no_budget():
+    check_config(compose(["trainer.max_steps=-1", "trainer.max_time=null", "module.schedule=inverse_sqrt",
+                          "paths.output_dir=/tmp/x"]))

@@ -141,16 +141,26 @@ class TokenBatchSampler:
     Indices are sorted by length so batches need little padding. With ``shuffle`` the ties
     between equal lengths are broken randomly (so bucket contents vary per epoch) and the
     batch order is shuffled; everything is a pure function of (seed, epoch).
+
+    Under data parallelism (world_size > 1) every rank makes the same batches and takes every
+    world_size-th one from position `rank`: disjoint, equally long shares whose union is the
+    one-process epoch (the last shares are topped up with the first batches when the count does
+    not divide, as torch's DistributedSampler pads).
     """
 
-    def __init__(self, lengths: list[int], max_tokens: int, shuffle: bool = False, seed: int = 0):
+    def __init__(self, lengths: list[int], max_tokens: int, shuffle: bool = False, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
         if max_tokens < 1:
             raise DataError(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0 <= rank < world_size:
+            raise DataError(f"rank {rank} is not in 0..{world_size - 1}")
+        self.rank, self.world_size = rank, world_size
         self.lengths = list(lengths)
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.skip = 0  # batches of the next iteration to leave out: those a resumed run already trained on
 
     @property
     def sampler(self):
@@ -179,10 +189,14 @@ class TokenBatchSampler:
             batches.append(cur)
         if self.shuffle:
             rng.shuffle(batches)
+        if self.world_size > 1:
+            per_rank = -(-len(batches) // self.world_size)  # ceil
+            batches = (batches + batches[: per_rank * self.world_size - len(batches)])[self.rank::self.world_size]
         return batches
 
     def __iter__(self):
-        return iter(self._batches())
+        batches, self.skip = self._batches()[self.skip:], 0
+        return iter(batches)
 
     def __len__(self) -> int:
         # The greedy cut depends only on the sorted multiset of lengths, so the count is the
@@ -416,6 +430,12 @@ class TranslationDataModule(pl.LightningDataModule):
         if split not in self._texts:
             raise DataError(f"unknown split '{split}'; loaded splits: {', '.join(self._texts)}")
 
+    def split_path(self, split: str) -> str | None:
+        """The target-side file of a local split (what references are read from); None for hub data."""
+        if self.source != "local":
+            return None
+        return str(split_files(self._check_dir(), split, self.tgt_lang))
+
     def texts(self, split: str) -> tuple[list[str], list[str]]:
         self._need_split(split)
         return self._texts[split]
@@ -442,13 +462,13 @@ class TranslationDataModule(pl.LightningDataModule):
         self._texts[name] = (src, tgt)
         self._data[name] = self._build(name, src, tgt, filter_long=False)
 
-    def dataloader(self, split: str, shuffle: bool = False) -> DataLoader:
+    def dataloader(self, split: str, shuffle: bool = False, rank: int = 0, world_size: int = 1) -> DataLoader:
         self._need_split(split)
         data = self._data[split]
         # A batch's padded size is bounded by its longest side (tgt gets +1 for BOS/EOS).
         lengths = [max(len(s), len(t) + 1) for s, t in zip(data.src, data.tgt)]
         budget = self.max_tokens if shuffle else self.eval_max_tokens
-        sampler = TokenBatchSampler(lengths, budget, shuffle=shuffle, seed=self.seed)
+        sampler = TokenBatchSampler(lengths, budget, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world_size)
         if self.num_workers > 0:
             # Workers never tokenize; silence the tokenizers fork warning in each of them.
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -461,7 +481,19 @@ class TranslationDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self.dataloader(self.train_split, shuffle=True)
+        # Training batches are split between data-parallel ranks; evaluation decodes the whole split on
+        # every rank (identical metrics, nothing to reduce; rank 0 writes the results).
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        loader = self.dataloader(self.train_split, shuffle=True, rank=rank, world_size=world)
+        if trainer is not None and trainer.global_step > 0:
+            # Resumed from a checkpoint (Lightning restores the loops before asking for this loader, and
+            # iterates it once before it sets the epoch): continue the interrupted epoch's own batch order
+            # after the batches already trained on, so the run sees the data an uninterrupted one would.
+            sampler = loader.batch_sampler
+            sampler.set_epoch(trainer.current_epoch)
+            sampler.skip = max(trainer.global_step - trainer.current_epoch * len(sampler), 0)
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self.dataloader(self.val_split)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import pytorch_lightning as pl
@@ -13,12 +12,7 @@ from torch import Tensor
 from headsweep import decoding
 from headsweep.losses import linear_cross_entropy
 from headsweep.model import Transformer, TransformerConfig, count_parameters
-
-
-def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
-    """The paper's shape, min(step / warmup, sqrt(warmup / step)): 1.0 at the end of warm-up."""
-    step = max(step, 1)
-    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+from headsweep.schedules import SCHEDULES, budget_progress, lr_factor
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
@@ -32,10 +26,12 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
 
 
 class TranslationModule(pl.LightningModule):
-    """Trains `Transformer` with label-smoothed cross-entropy and Adam under the inverse-sqrt schedule.
+    """Trains `Transformer` with label-smoothed cross-entropy and Adam: linear warm-up to `peak_lr`, then
+    `schedule` (headsweep.schedules: linear or cosine decay to zero at the end of the budget, or the
+    paper's inverse square root).
 
     peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak; a number sets
-    the peak directly (the same schedule, rescaled).
+    the peak directly.
     """
 
     def __init__(
@@ -49,6 +45,7 @@ class TranslationModule(pl.LightningModule):
         label_smoothing: float = 0.1,
         peak_lr: float | None = 1e-3,
         warmup_steps: int = 1000,
+        schedule: str = "linear",
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         weight_decay: float = 0.0,
@@ -58,6 +55,8 @@ class TranslationModule(pl.LightningModule):
         length_penalty: float = 0.6,
     ):
         super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
@@ -68,8 +67,9 @@ class TranslationModule(pl.LightningModule):
         self._eval_outputs: list[tuple[Tensor, list[str]]] = []
         self.hypotheses: dict[str, list[str]] = {}  # split -> hypotheses in file order (test)
         self.scores: dict[str, dict] = {}
-        self._train_tokens, self._train_seconds, self._t0 = 0, 0.0, None
+        self.train_tokens, self.train_seconds, self._t0 = 0, 0.0, None  # training steps only
         self.val_bleu_step = -1  # the training step whose weights the last val/bleu scored
+        self.validations_done = 0  # validations during fit so far: BLEU runs at every eval_every-th
 
     # ----- training -----
     def loss(self, batch: dict, smoothing: float | None = None) -> tuple[Tensor, int]:
@@ -86,23 +86,31 @@ class TranslationModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch)
-        self._train_tokens += n_tokens
+        self.train_tokens += n_tokens
         self.log("train/loss", loss, prog_bar=True, batch_size=n_tokens)
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         # Time only the training steps (not validation), so tokens/s is the training step's speed.
-        self._train_seconds += time.perf_counter() - self._t0
-        self.log("train/tgt_tokens_per_s", self._train_tokens / self._train_seconds, prog_bar=True)
+        self.train_seconds += time.perf_counter() - self._t0
+        self.log("train/tgt_tokens_per_s", self.train_tokens / self.train_seconds, prog_bar=True)
 
     def configure_optimizers(self):
         hp = self.hparams
         peak = hp.peak_lr if hp.peak_lr is not None else (self.net.cfg.d_model * hp.warmup_steps) ** -0.5
         opt = torch.optim.Adam(self.parameters(), lr=peak, betas=tuple(hp.betas), eps=hp.eps,
                                weight_decay=hp.weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda step: inverse_sqrt_schedule(step + 1, hp.warmup_steps)
-        )
+        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
+        warmup_progress = hp.warmup_steps / max_steps if max_steps else 0.0
+        timer = next((cb for cb in self.trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
+
+        def factor(done: int) -> float:  # the rate of step done + 1; a plain function: not saved in checkpoints
+            elapsed = timer.time_elapsed("train") if timer else 0.0
+            max_time = elapsed + timer.time_remaining("train") if timer else None
+            progress = budget_progress(done, max_steps, elapsed, max_time)
+            return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress)
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ----- evaluation -----
@@ -131,13 +139,15 @@ class TranslationModule(pl.LightningModule):
             self._eval_outputs.append((batch["index"].cpu(), self.decode_batch(batch["src"])))
 
     def val_bleu_now(self) -> bool:
-        """Greedy-decode the validation set every `eval_every` epochs (never in the sanity check), and
-        always in trainer.validate() (training's final validation of the last weights)."""
+        """Greedy-decode the validation set at every `eval_every`-th validation (never in the sanity
+        check), and always in trainer.validate() (training's final validation of the last weights)."""
         if self.trainer.sanity_checking:
             return False
-        return self.trainer.state.fn == "validate" or (self.current_epoch + 1) % self.hparams.eval_every == 0
+        return self.trainer.state.fn == "validate" or (self.validations_done + 1) % self.hparams.eval_every == 0
 
     def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking and self.trainer.state.fn == "fit":
+            self.validations_done += 1
         loss = self.trainer.callback_metrics.get("val/loss")
         if loss is not None:
             self.log("val/ppl", torch.exp(loss))
@@ -168,6 +178,27 @@ class TranslationModule(pl.LightningModule):
         self.log("test/chrf", main["chrf"])
         self.log("test/bleu_greedy", self.scores[f"{split}.greedy"]["bleu"])
         self.log("test/ppl", torch.exp(self.trainer.callback_metrics["test/loss"]))
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # torch's RNG state too (dropout masks): a resumed run draws the masks an uninterrupted one would.
+        checkpoint["headsweep"] = {"validations_done": self.validations_done, "val_bleu_step": self.val_bleu_step,
+                                   "train_tokens": self.train_tokens, "train_seconds": self.train_seconds,
+                                   "torch_rng": torch.get_rng_state()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("headsweep", {})
+        self.validations_done = state.get("validations_done", 0)
+        self.val_bleu_step = state.get("val_bleu_step", -1)
+        self.train_tokens = state.get("train_tokens", 0)
+        self.train_seconds = state.get("train_seconds", 0.0)
+        if self._trainer is not None and "torch_rng" in state:  # resuming training, not loading for evaluation
+            self._resume_rng = state["torch_rng"]
+
+    def on_train_start(self):
+        # Set torch's RNG only now: creating the resumed epoch's DataLoader iterator drew from it in between.
+        if getattr(self, "_resume_rng", None) is not None:
+            torch.set_rng_state(self._resume_rng)
+            self._resume_rng = None
 
     def _gather(self, split: str) -> list:
         """Eval outputs back in file order (batches are sorted by length)."""

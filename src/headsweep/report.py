@@ -399,7 +399,7 @@ def html_table(columns: list[str], body: list[list[str]]) -> str:
     return f"<table>\n<tr>{head}</tr>\n{rows}</table>"
 
 
-def write_report(sweep: str, root: Path = Path("multirun"), out_dir: Path = Path("reports"),
+def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path("reports"),
                  n_samples: int = 1000) -> list[Path]:
     sweep_dir = root / sweep
     if not sweep_dir.is_dir():
@@ -466,7 +466,8 @@ def write_report(sweep: str, root: Path = Path("multirun"), out_dir: Path = Path
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a")
-    parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs are")
+    parser.add_argument("--root", type=Path, default=Path("results"),
+                        help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where the report goes")
     parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
     args = parser.parse_args(argv)

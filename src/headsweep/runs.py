@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -94,3 +96,37 @@ def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
                 if v.is_floating_point():
                     total[k] += v.double()
     return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in total.items()}
+
+
+# What a finished run keeps when exported (results/<sweep>/<job>/): small, text or PNG, never checkpoints
+# or W&B files. The metrics CSV holds the learning curves the report plots.
+EXPORTED = {"hypotheses": "hypotheses", "csv/metrics.csv": "metrics.csv", "analysis": "analysis"}
+
+
+def export_run(run_dir: str | Path, dest: str | Path) -> Path:
+    """Copy a complete run's small outputs to `dest`, results.json last (via a temporary directory and a
+    rename), so an interrupted export never looks complete and a finished one is never half-replaced."""
+    run_dir, dest = Path(run_dir), Path(dest)
+    results = read_results(run_dir)
+    if not results or results.get("status") != "complete":
+        raise RunError(f"{run_dir} has no complete {RESULTS}: nothing to export")
+    tmp = dest.parent / f".{dest.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for src_name, dst_name in EXPORTED.items():
+        src = run_dir / src_name
+        if src.is_dir():
+            shutil.copytree(src, tmp / dst_name, ignore=shutil.ignore_patterns("*.ckpt", "wandb"))
+        elif src.is_file():
+            shutil.copy2(src, tmp / dst_name)
+    exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (tmp / RESULTS).write_text(json.dumps(exported, indent=2, default=str))
+    if dest.exists():
+        old = dest.parent / f".{dest.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        dest.rename(old)
+        tmp.rename(dest)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(dest)
+    return dest

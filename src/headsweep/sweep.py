@@ -13,8 +13,16 @@ resumed sweep runs an arbitrary subset. So each pending job becomes a tiny confi
 run name, seed and tags) in multirun/<sweep>/.jobs/sweep_job/, and one `python -m headsweep.train -m
 +sweep_job=a,b,c` sweeps over exactly those files with the chosen launcher.
 
-Resume: a job whose results.json says "complete" is skipped; a job directory without one (killed, or
-failed) is moved to multirun/<sweep>/.incomplete/ and the job runs again from scratch.
+Results: each finished job's small outputs (results.json, hypotheses, metrics CSV, analysis; never
+checkpoints or W&B files) are exported to results/<sweep>/<run name>/ (--results), the folder `make
+report` reads and the repository keeps as reference results.
+
+Resume: a job with a complete results.json (in results/ or its run directory) is skipped; an unfinished
+job with a checkpoint continues from it (headsweep.resume); one without is moved to
+multirun/<sweep>/.incomplete/ and runs again from scratch.
+
+Cores: --jobs N runs N jobs at once (Hydra's joblib launcher) with cores / N torch threads each, set
+before torch starts (OMP_NUM_THREADS) and recorded in results.json.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import fcntl
 import itertools
 import json
+import os
 import re
 import shlex
 import shutil
@@ -68,10 +77,11 @@ class Job:
     tags: list[str]
     dir: Path
     base: bool = False
+    export: Path | None = None  # results/<sweep>/<run name>: where the finished job's outputs go
 
     @property
     def done(self) -> bool:
-        return is_complete(self.dir)
+        return is_complete(self.dir) or (self.export is not None and is_complete(self.export))
 
 
 @dataclass
@@ -81,6 +91,7 @@ class Sweep:
     dir: Path                 # multirun/<sweep>
     common: list[str]         # overrides of every job
     jobs: list[Job] = field(default_factory=list)
+    threads: int | None = None  # torch threads per job (--jobs)
 
 
 # ----------------------------------------------------------------------------- the spec
@@ -186,8 +197,17 @@ def row_tag(name: str) -> str:
     return f"row-{m.group(1).upper()}" if m else f"sweep-{name}"
 
 
+def default_jobs(cores: int) -> int:
+    """Two jobs of cores/2 threads on a CPU: on 2 cores, two 1-thread jobs trained 1.21x the target
+    tokens/s of one 2-thread job (make bench measures it); one job where a GPU takes the work."""
+    import torch
+
+    return 1 if torch.cuda.is_available() or cores < 2 else 2
+
+
 def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
-         specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun")) -> Sweep:
+         specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
+         jobs: int | None = 1, cores: int | None = None) -> Sweep:
     """Every job of the sweep, each grid cell composed and its model built (on the meta device) first,
     so a bad key or value stops the sweep before any job starts."""
     from headsweep.train import ConfigError, check_config
@@ -197,6 +217,19 @@ def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = N
         raise SweepError(f"unknown launcher '{launcher}'; one of {', '.join(LAUNCHERS)}")
     if seeds < 1:
         raise SweepError(f"--seeds must be >= 1, got {seeds}")
+    cores = cores or os.cpu_count() or 1
+    if jobs is None:
+        jobs = default_jobs(cores)
+    if not 1 <= jobs <= cores:
+        raise SweepError(f"JOBS={jobs}: run between 1 and {cores} jobs at once on this machine's {cores} cores")
+    threads = None
+    if jobs > 1:
+        if launcher == "basic":
+            launcher = "joblib"  # Hydra's basic launcher runs one job at a time
+        if launcher != "joblib":
+            raise SweepError(f"JOBS={jobs} runs local jobs in parallel with the joblib launcher, not {launcher}; "
+                             "a cluster launcher sets its own parallelism (hydra.launcher.array_parallelism)")
+        threads = cores // jobs
     for o in extra:
         key = o.lstrip("+~").split("=", 1)[0]
         if key in RESERVED:
@@ -204,6 +237,8 @@ def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = N
     constants, cells = split_parameters(spec)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
     common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
+    if threads:
+        common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     try:
         _compose(common)
     except Exception as e:
@@ -224,20 +259,58 @@ def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = N
         except Exception as e:
             raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
         flats.append((flatten_config(cfg), list(cfg.tags)))
+    steps = {f["trainer.max_steps"] for f, _ in flats}
+    if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
+        raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
+                         f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
     labels = cell_labels([f for f, _ in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
-    sweep = Sweep(name, path, root / name, common)
+    sweep = Sweep(name, path, root / name, common, threads=threads)
     for seed in range(1, seeds + 1):  # seed-major: a half-done sweep already has every cell once
-        for i, (cell, label, (_, tags)) in enumerate(zip(cells, labels, flats)):
+        for i, (cell, label, (flat, tags)) in enumerate(zip(cells, labels, flats)):
             run = f"{label}-s{seed}"
-            sweep.jobs.append(Job(
+            job = Job(
                 name=run, cell=label, seed=seed, overrides=[*cell, f"seed={seed}"],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
-                dir=sweep.dir / run, base=i == 0,
-            ))
+                dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
+            )
+            check_export(job, flat)
+            sweep.jobs.append(job)
     return sweep
+
+
+# What makes two runs the same experiment; paths, loggers, threads, launcher and names may differ.
+EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "average_last")
+NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed")
+
+
+def experiment_settings(flat: dict) -> dict:
+    return {k: v for k, v in flat.items() if k.startswith(EXPERIMENT_KEYS) and k not in NOT_EXPERIMENT
+            and not k.startswith("module.model.")}
+
+
+def check_export(job: Job, flat: dict) -> None:
+    """A finished job in results/ must be this job: same settings, so a rerun never mixes two configs."""
+    if job.export is None or not is_complete(job.export):
+        return
+    saved = read_results(job.export)
+    theirs = experiment_settings(flatten_config(OmegaConf.create(saved["config"])))
+    ours = experiment_settings(flat)
+    ours.setdefault("trainer.precision", theirs.get("trainer.precision"))
+    diff = [k for k in sorted(ours.keys() | theirs.keys())
+            if repr(ours.get(k)) != repr(theirs.get(k)) and not _unresolved(ours.get(k))]
+    if saved["config"].get("seed") != job.seed:
+        diff.insert(0, "seed")
+    if diff:
+        k = diff[0]
+        raise SweepError(f"{job.export} holds a run with other settings than job {job.name} ({len(diff)} differ, e.g. "
+                         f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); move it away or pass --results DIR")
+
+
+def _unresolved(value) -> bool:
+    return isinstance(value, str) and "${" in value
 
 
 # ----------------------------------------------------------------------------- running
@@ -247,7 +320,8 @@ def job_config(job: Job) -> str:
     """The job's overrides as a config file of group JOB_GROUP (package _global_, merged last)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    cfg = OmegaConf.create({"run_name": job.name, "tags": job.tags})
+    cfg = OmegaConf.create({"run_name": job.name, "tags": job.tags,
+                            **({"export_dir": str(job.export)} if job.export else {})})
     defaults = []
     for o in OverridesParser.create().parse_overrides(job.overrides):
         key, value = o.key_or_group, o.value()
@@ -288,10 +362,15 @@ def write_jobs(sweep: Sweep, jobs: list[Job]) -> None:
         (group / f"{job.name}.yaml").write_text(job_config(job))
 
 
+def resumable(job: Job) -> bool:
+    """An unfinished job with a checkpoint: its rerun continues from there (headsweep.resume)."""
+    return (job.dir / "checkpoints" / "last.ckpt").is_file()
+
+
 def set_aside(job: Job) -> Path | None:
-    """Move an unfinished job's directory out of the way: the rerun starts clean (no stale checkpoints),
+    """Move an unfinished job's directory without a checkpoint out of the way: the rerun starts clean,
     the old log stays readable."""
-    if not job.dir.exists():
+    if not job.dir.exists() or resumable(job):
         return None
     dest = job.dir.parent / ".incomplete" / f"{job.name}.{time.strftime('%Y%m%d-%H%M%S')}"
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -324,9 +403,22 @@ def lock(sweep_dir: Path):
     return f
 
 
+def export_finished(sweep: Sweep, out) -> None:
+    """Jobs that finished in their run directory but are missing from results/ (an older sweep, or an
+    export cut short) are exported now."""
+    from headsweep.runs import export_run
+
+    for j in sweep.jobs:
+        if j.export is not None and is_complete(j.dir) and not is_complete(j.export):
+            export_run(j.dir, j.export)
+            print(f"  {j.name}: exported to {j.export}", file=out)
+
+
 def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     """Run the jobs not yet complete; print the summary. 0 when every job is complete at the end."""
     out = out or sys.stdout
+    if not dry:
+        export_finished(sweep, out)
     done = {j.name for j in sweep.jobs if j.done}
     todo = [j for j in sweep.jobs if j.name not in done]
     print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run; "
@@ -347,20 +439,25 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
         for j in todo:
             if moved := set_aside(j):
                 print(f"  {j.name}: unfinished output moved to {moved}", file=out)
+            elif resumable(j):
+                print(f"  {j.name}: resumes from {j.dir / 'checkpoints' / 'last.ckpt'} (its log names the step)",
+                      file=out)
         write_jobs(sweep, todo)
         cmd = multirun_command(sweep, todo)
         print("running: " + shlex.join(cmd), file=out, flush=True)
         # A failing job does not stop the others: Hydra's launchers catch each job's exception (train.main
         # raises instead of exiting in a multirun) and the sweeper re-raises the first one at the end, so
         # the exit status is not the summary: each job's results.json is.
+        env = {**os.environ, **({"OMP_NUM_THREADS": str(sweep.threads)} if sweep.threads else {})}
         try:
-            rc = subprocess.run(cmd).returncode
+            rc = subprocess.run(cmd, env=env).returncode
         except KeyboardInterrupt:
             print("\ninterrupted; rerun the same command to resume (finished jobs are kept)", file=out)
             return 130
     finally:
         held.close()
 
+    export_finished(sweep, out)
     ran_ok = [j for j in todo if j.done]
     failed = [j for j in todo if not j.done]
     print(f"\nsweep {sweep.name}: {len(ran_ok)} done, {len(done)} skipped (already complete), "
@@ -382,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="paper: sweeps/<sweep>_paper.yaml, the paper's model sizes (for a GPU)")
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
     parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs go")
+    parser.add_argument("--results", type=Path, default=Path("results"),
+                        help="where finished jobs' small outputs go (results/<sweep>/<run name>)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="jobs at once, each with cores / N threads (default: 2 on a CPU, 1 with a GPU)")
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
     if bad := [a for a in extra if a.startswith("--")]:
@@ -389,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
     try:
         sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
-                     root=args.root)
+                     root=args.root, results=args.results, jobs=args.jobs)
         return run(sweep, args.dry)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)

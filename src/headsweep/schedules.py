@@ -1,0 +1,49 @@
+"""Learning-rate schedules that fit the training budget.
+
+Every schedule warms up linearly for `warmup_steps`, then follows its shape. `linear` and `cosine` decay
+to zero exactly when training ends, whether it ends by trainer.max_steps or by trainer.max_time:
+progress is the larger of the step fraction and the time fraction, so a run cut by the time cap on a
+slow machine still ends annealed. Linear decay to zero is the usual winner at a fixed budget (Li et al.
+2020, "Budgeted training"). `inverse_sqrt` is the paper's shape, which never anneals.
+"""
+
+from __future__ import annotations
+
+import math
+
+SCHEDULES = ("linear", "cosine", "inverse_sqrt")
+
+
+def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
+    """The paper's shape, min(step / warmup, sqrt(warmup / step)): 1.0 at the end of warm-up."""
+    step = max(step, 1)
+    return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def lr_factor(schedule: str, step: int, warmup_steps: int, progress: float, warmup_progress: float) -> float:
+    """The learning rate as a fraction of its peak at optimizer step `step` (1-based).
+
+    progress: how much of the budget is spent, in [0, 1]; warmup_progress: the progress at which warm-up
+    ends when the run goes by steps (warmup_steps / max_steps), where the decay starts from the peak.
+    """
+    if schedule == "inverse_sqrt":
+        return inverse_sqrt_schedule(step, warmup_steps)
+    warm = min(step / warmup_steps, 1.0)
+    left = min(max((progress - warmup_progress) / (1.0 - warmup_progress), 0.0), 1.0)  # decay done, 0..1
+    if schedule == "linear":
+        decay = 1.0 - left
+    elif schedule == "cosine":
+        decay = 0.5 * (1.0 + math.cos(math.pi * left))
+    else:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    return min(warm, decay)
+
+
+def budget_progress(step: int, max_steps: int | None, elapsed_s: float, max_time_s: float | None) -> float:
+    """The spent fraction of the budget: max(step / max_steps, elapsed / max_time), over the limits set."""
+    fractions = [0.0]
+    if max_steps and max_steps > 0:
+        fractions.append(step / max_steps)
+    if max_time_s:
+        fractions.append(elapsed_s / max_time_s)
+    return min(max(fractions), 1.0)
