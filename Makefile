@@ -12,7 +12,7 @@ export HYDRA_FULL_ERROR ?= 0
 # Hydra overrides for any training target, e.g. make train ARGS="model.heads=4 seed=2"
 ARGS ?=
 SWEEP ?= table3_a
-SEEDS ?= 1
+SEEDS ?=
 BUDGET ?=
 DRY ?=
 LAUNCHER ?=
@@ -41,7 +41,7 @@ $(SETUP_STAMP): pyproject.toml
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
 
 train: setup  ## Train the default model on Multi30k de->en (about 25 min on 2 CPU cores) [RESUME=<run dir>]
-	$(if $(RESUME),$(PY) -m headsweep.resume "$(RESUME)" $(ARGS),$(PY) -m headsweep.train $(ARGS))
+	$(if $(RESUME),$(PY) -m headsweep.training.resume "$(RESUME)" $(ARGS),$(PY) -m headsweep.train $(ARGS))
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
 	$(PY) -m headsweep.train experiment=smoke $(ARGS)
@@ -56,21 +56,21 @@ bench: setup  ## Speed vs baselines timed in the same run: training, attention, 
 	$(PY) -m headsweep.bench $(if $(CKPT),--ckpt "$(CKPT)") $(ARGS)
 
 params: setup  ## Parameter counts of every Table 3 row beside the paper's (no data, no training)
-	$(PY) -m headsweep.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)
+	$(PY) -m headsweep.experiments.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)
 
 evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_flickr BEAM=4 ALPHA=0.6 AVG=5]
-	$(PY) -m headsweep.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
+	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
 sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation JOBS=2 LAUNCHER=.. DRY=1]
-	$(PY) -m headsweep.sweep --sweep $(SWEEP) --seeds $(SEEDS) $(if $(BUDGET),--budget $(BUDGET)) \
+	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
 
 report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
-	$(PY) -m headsweep.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
-	$(PY) -m headsweep.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
+	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
 clean:  ## Remove run outputs and caches (keeps .venv)
 	rm -rf outputs multirun wandb lightning_logs .cache reports .pytest_cache .hypothesis

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from headsweep import analyze as A
-from headsweep.attention import MultiHeadAttention
-from headsweep.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
+from headsweep.analysis import analyze as A
+from headsweep.model.attention import MultiHeadAttention
+from headsweep.analysis.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
                                   pruning_order, sentence_losses)
 from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
-from headsweep.roles import attention_stats, role_label
+from headsweep.analysis.roles import attention_stats, role_label
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+from conftest import DATA, needs_data
+from headsweep.data import make_batches
 
 
 def tiny_net(**kw) -> Transformer:
@@ -188,8 +188,8 @@ def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation()
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    from headsweep.params import compose
-    from headsweep.train import train
+    from headsweep.config import compose
+    from headsweep.training.train import train
 
     out = tmp_path_factory.mktemp("analyze") / "run"
     train(compose([
@@ -228,16 +228,16 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
 @needs_data
 def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     """The evaluator's 0%-pruned point goes through the gates (all ones) and must equal plain decoding."""
-    from headsweep.module import corpus_scores
-    from headsweep.runs import load_datamodule, load_module
+    from headsweep.training.translate import corpus_scores
+    from headsweep.training.runs import load_datamodule, load_module
 
     module, dm = load_module(tiny_run), load_datamodule(tiny_run)
     dm.setup()
     src, refs = dm.texts("val")
-    batches = A.make_batches(dm, src, refs, dm.eval_max_tokens)
+    batches = make_batches(dm.encode(src), dm.encode(refs), dm.eval_max_tokens)
     plain: list = [None] * len(src)
     for b in batches:
-        for i, hyp in zip(b["index"].tolist(), module.decode_batch(b["src"])):
+        for i, hyp in zip(b["index"].tolist(), module.translate(b["src"])):
             plain[i] = hyp
     assert A.Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
 
@@ -256,7 +256,7 @@ def test_analysis_config_keys_are_analyze_arguments():
     """analysis=default (run after training, e.g. by sweeps/heads_specialise.yaml) is analyze()'s keywords."""
     import inspect
 
-    from headsweep.params import compose
+    from headsweep.config import compose
 
     cfg = compose(["analysis=default"])
     keywords = set(inspect.signature(A.analyze).parameters) - {"ckpt", "out_dir", "wandb_mode"}

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from headsweep.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl
+from headsweep.model.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl
 
 
 def copy_from_torch(ref: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -14,7 +14,7 @@ import datasets
 import pytest
 import torch
 
-from headsweep import data as hd
+from headsweep.data import datamodule as hd_datamodule
 from headsweep.data import DataError, TokenBatchSampler, TranslationDataModule, load_tokenizer, split_files
 
 REAL_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
@@ -80,12 +80,15 @@ def test_missing_dir_names_absolute_path_and_fixes(tmp_path, monkeypatch):
 
 
 def test_env_var_redirects_default_dir(corpus, tmp_path, monkeypatch):
+    """$HEADSWEEP_DATA fills data.dir in the config (so results.json records the directory used); an
+    explicit data.dir still wins."""
+    from headsweep.config import compose
+
     monkeypatch.setenv("HEADSWEEP_DATA", str(corpus))
-    dm = TranslationDataModule(cache_dir=str(tmp_path / "cache"), vocab_size=200)  # default dir
-    dm.setup()
-    assert len(dm.texts("val")[0]) == 60
+    assert compose([]).data.dir == str(corpus)
+    assert compose([f"data.dir={tmp_path}"]).data.dir == str(tmp_path)
     monkeypatch.setenv("HEADSWEEP_DATA", str(tmp_path / "gone"))
-    msg = setup_error(TranslationDataModule(cache_dir=str(tmp_path / "cache")))
+    msg = setup_error(TranslationDataModule(dir=compose([]).data.dir, cache_dir=str(tmp_path / "cache")))
     assert str(tmp_path / "gone") in msg and "HEADSWEEP_DATA" in msg
 
 
@@ -214,7 +217,7 @@ def test_tokenizer_cache_reused_and_keyed(corpus, tmp_path, monkeypatch, caplog)
     def no_training(*a, **k):
         raise AssertionError("retrained instead of using the cache")
 
-    monkeypatch.setattr(hd, "_train_tokenizer", no_training)
+    monkeypatch.setattr(hd_datamodule, "train_tokenizer", no_training)
     again = dm_for(corpus, tmp_path)
     with caplog.at_level(logging.INFO, logger="headsweep.data"):
         again.setup()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from headsweep import decoding
+from headsweep.model import decoding
 from headsweep.model import LayerCache, Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 1, 2

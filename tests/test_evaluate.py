@@ -1,4 +1,4 @@
-"""`python -m headsweep.evaluate` and checkpoint averaging, on a tiny run trained once for this file."""
+"""`python -m headsweep.experiments.evaluate` and checkpoint averaging, on a tiny run trained once for this file."""
 
 import gzip
 import json
@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from headsweep import evaluate
-from headsweep.bench_decoding import bench_decoding
-from headsweep.params import compose
-from headsweep.runs import average_state_dicts, load_datamodule, load_module
-from headsweep.train import train
+from headsweep.bench.decoding import bench_decoding
+from headsweep.config import compose
+from headsweep.experiments import evaluate
+from headsweep.training import averaging
+from headsweep.training.averaging import average_state_dicts
+from headsweep.training.runs import load_datamodule, load_module
+from headsweep.training.train import train
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+from conftest import DATA
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 N_EVAL = 40  # data.limit_eval: sentences in val and test
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
@@ -41,7 +43,7 @@ def results(run: Path) -> dict:
 
 
 def step_checkpoints(run: Path) -> list[Path]:
-    return sorted((run / "checkpoints").glob("step*.ckpt"), key=evaluate.checkpoint_step)
+    return sorted((run / "checkpoints").glob("step*.ckpt"), key=averaging.checkpoint_step)
 
 
 def reference_file(tmp_path: Path, split: str) -> Path:
@@ -81,7 +83,7 @@ def test_training_scores_the_averaged_checkpoints(run):
     assert r["metrics"]["test_avg/bleu_greedy"] == avg["scores"][f"{split}.greedy"]["bleu"]
     # averaged.ckpt loads like any checkpoint, and holds the mean of the two checkpoints' weights,
     # computed here by hand in float64.
-    saved = load_module(run / "checkpoints" / evaluate.AVERAGED).state_dict()
+    saved = load_module(run / "checkpoints" / averaging.AVERAGED).state_dict()
     states = [torch.load(p, map_location="cpu", weights_only=False)["state_dict"] for p in last_two]
     assert not torch.equal(states[0]["net.embed.weight"], states[1]["net.embed.weight"])
     for key, value in saved.items():
@@ -202,7 +204,7 @@ def test_bad_input_gets_one_line_and_exit_code_2(run, tmp_path, capsys, case, me
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "headsweep.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
+    out = subprocess.run([sys.executable, "-m", "headsweep.experiments.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
                          capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip() == f"error: checkpoint not found: {tmp_path / 'none.ckpt'}; pass CKPT=<run dir>/checkpoints/<file>.ckpt or a run directory"

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headsweep.losses import linear_cross_entropy
+from headsweep.model.losses import linear_cross_entropy
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])

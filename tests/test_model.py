@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from headsweep.attention import attention_param_count
-from headsweep.model import Dropout, Transformer, TransformerConfig, count_parameters
+from headsweep.model.attention import attention_param_count
+from headsweep.model import Transformer, TransformerConfig, count_parameters
+from headsweep.model.transformer import Dropout
 
 
 def small(**kw) -> TransformerConfig:

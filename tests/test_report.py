@@ -3,8 +3,6 @@ the paper's rows, the files written, the W&B table and the analysis hook."""
 
 import gzip
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -12,9 +10,9 @@ from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-import headsweep.train  # noqa: F401  (registers the auto_precision resolver the config uses)
-from headsweep import report as R
-from headsweep.params import compose
+
+from headsweep.experiments import report as R
+from headsweep.config import compose
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sings on a stage .", "children are running on the beach .",
@@ -137,7 +135,7 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     assert [p.name for p in paths] == ["table3_a.md", "table3_a.html", "table3_a-bleu.png", "table3_a-params.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths[2:])
     md = paths[0].read_text()
-    assert "| base | 8 | 32 | 32 | 7.6 | 800 | 6.90 ± 0.14 | 30.00 ± 1.41 | 31.00 ± 1.41 | 81.0 ± 1.4 | 2 | — | — | base | 4.92 | 25.8 |" in md
+    assert "| base | 8 | 32 | 32 | 7.6 | 800 | 6.90 ± 0.14 | 30.00 ± 1.41 | 31.00 ± 1.41 | 81.0 ± 1.4 | 2 | — | — | — | — | base | 4.92 | 25.8 |" in md
     assert "| h2-dk128-dv128 | 2 | 128 | 128 | 7.6 | 700* |" in md and "| 27.00 | 77.0 | 1 | -4.00 |" in md
     assert "stopped before trainer.max_steps" in md
     assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
@@ -176,18 +174,73 @@ def test_wandb_table_only_when_online(sweep_dir, tmp_path, monkeypatch):
     assert "BLEU test" in data["table3"].columns and "table3_a-bleu" in data
 
 
-def test_analysis_hook(sweep_dir, tmp_path, monkeypatch):
+def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
     run = sweep_dir / "table3_a" / "h4-dk64-dv64-s1"
     (run / "analysis").mkdir()
     (run / "analysis" / "analysis.json").write_text("{}")
     calls = []
-    fake = types.ModuleType("headsweep.analyze")
-    fake.report_section = lambda run_dirs, out_dir: calls.append((run_dirs, out_dir)) or "## Heads\n\nfrom analyze"
-    monkeypatch.setitem(sys.modules, "headsweep.analyze", fake)
+    monkeypatch.setattr(R, "report_section",
+                        lambda run_dirs, out_dir: calls.append((run_dirs, out_dir)) or "## Heads\n\nfrom analyze")
     R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
     assert calls == [([run], tmp_path / "r")]
     assert (tmp_path / "r" / "table3_a.md").read_text().rstrip().endswith("## Heads\n\nfrom analyze")
 
-    monkeypatch.setitem(sys.modules, "headsweep.analyze", None)  # the module missing: no section, no error
+    (run / "analysis" / "analysis.json").unlink()  # no analysed run: no section
     R.write_report("table3_a", sweep_dir, tmp_path / "r2", n_samples=50)
     assert "from analyze" not in (tmp_path / "r2" / "table3_a.md").read_text()
+
+
+def test_holm_adjustment_by_hand():
+    from headsweep.experiments.significance import holm
+
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> monotone: 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005, None]) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
+
+
+def test_holm_and_seed_test_in_the_table(sweep_dir):
+    from scipy.stats import ttest_ind
+
+    cells, rows, _ = rows_by_label(sweep_dir)
+    h4, h2 = rows["h4-dk64-dv64"], rows["h2-dk128-dv128"]
+    m = 2  # two cells compared with the base
+    small, large = sorted([h4["p"], h2["p"]])
+    expected_small = min(1.0, m * small)
+    assert min(h4["p_holm"], h2["p_holm"]) == pytest.approx(expected_small)
+    assert max(h4["p_holm"], h2["p_holm"]) == pytest.approx(max(expected_small, large))
+    assert h4["p_seeds"] == pytest.approx(ttest_ind([29.0, 28.0], [30.0, 32.0], equal_var=False).pvalue)
+    assert h2["p_seeds"] is None  # one seed: no spread to test against
+    words = R.verdicts(cells)
+    assert len(words) == 2 and all("Holm" in w for w in words)
+    assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w for w in words)
+
+
+def write_curve(run: Path, points: dict[int, tuple[float, float]]) -> None:
+    """A metrics CSV as Lightning writes it (validation logged at step - 1)."""
+    lines = ["epoch,step,train/loss,val/bleu,val/loss"]
+    lines += [f"0,{s - 1},,{bleu},{loss}" for s, (bleu, loss) in points.items()]
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
+    # val BLEU at steps 400 and 800: h4 leads at half the budget, the base at the end
+    curves = {8: {400: (10.0, 4.0), 800: (30.0, 2.0)}, 4: {400: (12.0, 3.9), 800: (28.0, 2.1)},
+              2: {400: (5.0, 4.5), 800: (26.0, 2.3)}}
+    for run in (sweep_dir / "table3_a").glob("h*-s*"):
+        h = int(run.name.split("-")[0][1:])
+        if h in curves:
+            write_curve(run, curves[h])
+    cells, _, _ = rows_by_label(sweep_dir)
+    from headsweep.experiments.report_plots import cell_curve
+
+    base = next(c for c in cells if c.base)
+    assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 30.0], [0.0, 0.0])
+    ranking = R.ranking_stability(cells)
+    assert (ranking["half_step"], ranking["last_step"]) == (400, 800)
+    assert ranking["order_half"] == ["h4-dk64-dv64", "h8-dk32-dv32", "h2-dk128-dv128"]
+    assert ranking["order_last"] == ["h8-dk32-dv32", "h4-dk64-dv64", "h2-dk128-dv128"]
+    assert ranking["tau"] == pytest.approx(1 / 3)  # one discordant pair of three
+    paths = R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=100)
+    assert (tmp_path / "reports" / "table3_a-curves.png") in paths
+    md = (tmp_path / "reports" / "table3_a.md").read_text()
+    assert "## What the numbers say" in md and "Kendall's tau 0.33" in md and "p Holm" in md

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from headsweep.params import compose
-from headsweep.resume import SafeCheckpointIO, join_metrics, set_aside_metrics, wandb_unreachable
-from headsweep.train import ConfigError, train
+from headsweep.config import compose
+from headsweep.training.resume import SafeCheckpointIO, join_metrics, set_aside_metrics, wandb_unreachable
+from headsweep.training.checks import ConfigError
+from headsweep.training.train import train
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+from conftest import DATA, needs_data
 
 
 def overrides(out: Path, *extra: str) -> list[str]:
@@ -55,9 +55,14 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     proc = subprocess.Popen([sys.executable, "-m", "headsweep.train", *args, f"hydra.run.dir={killed}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    last = killed / "checkpoints" / "last.ckpt"
+    last, log = killed / "checkpoints" / "last.ckpt", killed / "csv" / "metrics.csv"
     deadline = time.time() + 300
-    while not last.is_file() and proc.poll() is None and time.time() < deadline:
+    while proc.poll() is None and time.time() < deadline:  # kill between the checkpoints of steps 5 and 10
+        try:
+            if last.is_file() and log.is_file() and max(loss_curve(killed), default=0) >= 6:
+                break
+        except ValueError:  # a line being written
+            pass
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -141,12 +146,12 @@ def test_metrics_before_a_resume_are_kept_up_to_the_checkpoint(tmp_path):
     csv_dir = tmp_path / "csv"
     csv_dir.mkdir()
     (csv_dir / "metrics.csv").write_text("epoch,step,train/loss\n0,1,5.0\n0,2,4.0\n0,3,3.5\n")
-    set_aside_metrics(csv_dir, step=2)  # step 3 came after the checkpoint: it is trained again
+    set_aside_metrics(csv_dir, step=2)  # a checkpoint after 2 steps: CSV steps 0 and 1; 2 is trained again
     assert not (csv_dir / "metrics.csv").exists()  # Lightning's CSV logger would delete it
-    (csv_dir / "metrics.csv").write_text("epoch,lr-Adam,step,train/loss\n0,0.1,3,3.4\n")
+    (csv_dir / "metrics.csv").write_text("epoch,lr-Adam,step,train/loss\n0,0.1,2,3.6\n0,0.1,3,3.4\n")
     join_metrics(csv_dir)
     rows = list(csv.DictReader(open(csv_dir / "metrics.csv")))
-    assert [(r["step"], r["train/loss"], r["lr-Adam"]) for r in rows] == [("1", "5.0", ""), ("2", "4.0", ""),
+    assert [(r["step"], r["train/loss"], r["lr-Adam"]) for r in rows] == [("1", "5.0", ""), ("2", "3.6", "0.1"),
                                                                           ("3", "3.4", "0.1")]
     assert list(csv_dir.iterdir()) == [csv_dir / "metrics.csv"]
 

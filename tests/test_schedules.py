@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from headsweep.schedules import budget_progress, inverse_sqrt_schedule, lr_factor
+from headsweep.training.schedules import budget_progress, inverse_sqrt_schedule, lr_factor
 
 
 def test_inverse_sqrt_is_the_papers_formula():
@@ -56,3 +56,9 @@ def test_progress_is_the_larger_fraction_and_capped():
 def test_unknown_schedule():
     with pytest.raises(ValueError, match="schedule must be one of"):
         lr_factor("step", 10, 5, 0.5, 0.1)
+
+
+def test_wsd_holds_the_peak_then_decays_over_the_last_part():
+    f = lambda done: lr_factor("wsd", done + 1, 100, budget_progress(done, 1000, 0.0, None), 0.1, 0.25)  # noqa: E731
+    assert f(49) == pytest.approx(0.5) and f(99) == 1.0 and f(749) == 1.0  # warm-up, then the peak
+    assert f(875) == pytest.approx(0.5) and f(1000) == 0.0  # halfway down the last quarter; zero at the end

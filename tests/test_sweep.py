@@ -1,6 +1,7 @@
 """`make sweep`: the specs, grid x seeds expansion, bad input, resume, and one failure not stopping the rest."""
 
 import inspect
+import itertools
 import json
 import re
 import subprocess
@@ -9,13 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import headsweep.module
-from headsweep import sweep as S
-from headsweep.params import compose
-from headsweep.runs import is_complete
+import headsweep.training.module
+from headsweep.experiments import sweep as S
+from headsweep.config import compose
+from headsweep.training.runs import is_complete
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+from conftest import DATA, needs_data
 SPECS = sorted(S.SWEEPS_DIR.glob("*.yaml"))
 NAMES = [p.stem for p in SPECS]
 # The top-level keys of a W&B sweep spec (docs.wandb.ai, "Sweep configuration options").
@@ -48,7 +48,7 @@ def test_spec_is_a_wandb_grid_sweep(path):
 
 
 def test_spec_metric_is_logged_by_the_trainer():
-    source = inspect.getsource(headsweep.module)
+    source = inspect.getsource(headsweep.training.module)
     for path in SPECS:
         metric = yaml.safe_load(path.read_text())["metric"]["name"]
         assert f'self.log("{metric}"' in source, (path.name, metric)
@@ -59,8 +59,8 @@ def test_every_grid_point_composes(name, tmp_path):
     sweep = S.plan(name, seeds=1, root=tmp_path)  # composes each cell and builds its model on the meta device
     spec = yaml.safe_load((S.SWEEPS_DIR / f"{name}.yaml").read_text())
     n_cells = 1
-    for p in spec["parameters"].values():
-        n_cells *= len(p.get("values", [None]))
+    for key, p in spec["parameters"].items():
+        n_cells *= len(p.get("values", [None])) if key != "seed" else 1  # seeds make jobs, not cells
     assert len(sweep.jobs) == n_cells and len({j.name for j in sweep.jobs}) == n_cells
     assert [j.base for j in sweep.jobs] == [True] + [False] * (n_cells - 1)
     assert not tmp_path.joinpath(name).exists()  # planning writes nothing
@@ -146,7 +146,8 @@ def no_launch(monkeypatch):
     ({"model.heads": {"values": [8]}, "model.head": {"values": [1, 2]}},
      "parameter 'model.head' is not a config key or value here: Could not override 'model.head'."),
     ({"model.heads": {"values": [8, 3]}}, "cell model.heads=3: model config: heads=3 does not divide d_model=256"),
-    ({"seed": {"values": [1, 2]}}, "parameter 'seed' is set by the sweep itself"),
+    ({"run_name": {"values": ["a", "b"]}}, "parameter 'run_name' is set by the sweep itself"),
+    ({"seed": {"values": [1.5]}}, "parameter 'seed' must list integers"),
     ({"model.d_k": {"values": [None]}}, "has a null value"),
 ])
 def test_bad_spec_stops_before_any_job_with_one_line(tmp_path, capsys, no_launch, parameters, message):
@@ -171,7 +172,7 @@ def fake_results(run_dir: Path, status: str = "complete") -> None:
 
 def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_launch):
     fake_results(tmp_path / "table3_a" / "h1-dk256-dv256-s1")
-    assert S.main(["--sweep", "table3_a", "--dry", "--root", str(tmp_path)]) == 0
+    assert S.main(["--sweep", "table3_a", "--dry", "--seeds", "1", "--root", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     jobs = [line.split() for line in lines if line.startswith("  ")]
     assert len(jobs) == 6
@@ -241,10 +242,10 @@ TINY = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.li
 @needs_data  # about 15 s on an idle 2-core CPU (over a minute on a busy one)
 def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
-    from headsweep.report import write_report
+    from headsweep.experiments.report import write_report
 
     args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
-            "--jobs", "1", *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
+            "--jobs", "1", "--seeds", "1", *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
     assert S.main(args) == 0, capsys.readouterr()
     assert "2 done, 0 skipped (already complete), 0 failed" in capsys.readouterr().out
     runs = {p.name: json.loads((p / "results.json").read_text()) for p in (tmp_path / "multirun" / "table3_e").glob("h*")}
@@ -276,7 +277,7 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
         "data.max_len": {"values": [1, 2]}}}))
     root = tmp_path / "multirun"
     args = ["--sweep", "fail", "--specs", str(specs), "--root", str(root), "--results", str(tmp_path / "results"),
-            "--jobs", "1", *TINY, f"data.cache_dir={tmp_path / 'c'}"]
+            "--jobs", "1", "--seeds", "1", *TINY, f"data.cache_dir={tmp_path / 'c'}"]
     assert S.main(args) == 1
     out = capsys.readouterr().out
     assert "0 done, 0 skipped (already complete), 2 failed" in out
@@ -363,3 +364,22 @@ def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch
     assert is_complete(job.export) and (job.export / "hypotheses" / "test.greedy.en").read_text() == "a\n"
     assert not (job.export / "checkpoints").exists()
     assert json.loads((job.export / "results.json").read_text())["exported_from"] == str(job.dir)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=NAMES)
+def test_local_jobs_are_the_wandb_grid(path, tmp_path):
+    """W&B's grid method proposes every combination of the `values` lists (the seed included) with the
+    `value` parameters fixed; `make sweep` must run exactly those runs, each once."""
+    spec = yaml.safe_load(path.read_text())
+    params = spec["parameters"]
+    assert params["seed"] == {"values": [1, 2, 3]}  # the seed is a sweep parameter
+    names = list(params)
+    grid = {tuple(sorted(zip(names, combo))) for combo in itertools.product(
+        *[p["values"] if "values" in p else [p["value"]] for p in params.values()])}
+    sweep = S.plan(path.stem, seeds=None, root=tmp_path)
+    ours = set()
+    for job in sweep.jobs:
+        given = dict(o.split("=", 1) for o in [*sweep.common, *job.overrides] if o.split("=", 1)[0] in params)
+        ours.add(tuple(sorted((k, v if v.startswith("{") else yaml.safe_load(v)) for k, v in given.items())))
+    assert ours == grid and len(sweep.jobs) == len(grid)
+    assert len(S.plan(path.stem, seeds=1, root=tmp_path).jobs) == len(grid) // 3  # SEEDS=1 overrides

@@ -10,12 +10,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from headsweep.params import CONF_DIR, compose
-from headsweep.runs import load_module
-from headsweep.train import ConfigError, check_config, train
+from headsweep.config import CONF_DIR, compose
+from headsweep.training.runs import load_module
+from headsweep.training.checks import ConfigError, check_config
+from headsweep.training.train import train
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
+from conftest import needs_data, tiny_overrides
 
 
 def group_options(group: str) -> list[str]:
@@ -41,14 +41,6 @@ def test_bad_model_config_fails_before_data():
         check_config(cfg)
     with pytest.raises(ConfigError, match="positions must be one of"):
         check_config(compose(["model.positions=rotary", "paths.output_dir=/tmp/x"]))
-
-
-def tiny_overrides(out: Path, *extra: str) -> list[str]:
-    return [
-        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
-        "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300", "data.max_tokens=1024",
-        "trainer.max_steps=10", "module.warmup_steps=4", *extra,
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +136,7 @@ def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
     out, _ = tiny_run
     ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["global_step"] == 10
-    assert ckpt["lr_schedulers"][0]["base_lrs"] == [1e-3]
+    assert ckpt["lr_schedulers"][0]["base_lrs"] == [compose([]).module.peak_lr]
     last_lr = ckpt["lr_schedulers"][0]["_last_lr"][0]  # the rate after the last step
     assert last_lr == pytest.approx(0.0, abs=1e-12)
     assert json.loads((out / "results.json").read_text())["threads"] == torch.get_num_threads()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from headsweep.model import Transformer, reorder_cache
+from headsweep.model.transformer import Transformer, reorder_cache
 
 
 def max_output_length(src: Tensor, pad_id: int, extra: int, limit: int) -> int:

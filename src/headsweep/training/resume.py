@@ -1,6 +1,6 @@
 """Continuing an interrupted run in its own directory, and keeping W&B from ever stopping training.
 
-    python -m headsweep.resume <run dir> [more overrides]      (make train RESUME=<run dir>)
+    python -m headsweep.training.resume <run dir> [more overrides]      (make train RESUME=<run dir>)
 
 reruns `python -m headsweep.train` with the overrides the run was started with (its .hydra/overrides.yaml)
 in the same directory, which then continues from checkpoints/last.ckpt.
@@ -19,12 +19,18 @@ import logging
 import netrc
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+import yaml
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from wandb.sdk.lib.runid import generate_id  # W&B's own id format
+
+from headsweep.training.runs import RESULTS, is_complete
 
 log = logging.getLogger("headsweep.resume")
 
@@ -72,14 +78,14 @@ def resume_checkpoint(out_dir: Path, model: dict, tokenizer_json: str) -> tuple[
 
 
 def set_aside_metrics(csv_dir: Path, step: int) -> None:
-    """Lightning's CSV logger deletes an existing metrics.csv: keep the rows up to the checkpoint's step
-    (later ones were logged after it and will be logged again) for `join_metrics`."""
+    """Lightning's CSV logger deletes an existing metrics.csv: keep the rows logged before the checkpoint
+    (CSV step < the checkpoint's global step; the resumed run logs the later ones again) for `join_metrics`."""
     path = csv_dir / "metrics.csv"
     if not path.is_file():
         return
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames or [], [r for r in reader if r.get("step") and int(r["step"]) <= step]
+        fields, rows = reader.fieldnames or [], [r for r in reader if r.get("step") and int(r["step"]) < step]
     with open(csv_dir / CSV_BEFORE.format(step=step), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
@@ -116,8 +122,6 @@ def wandb_run_id(out_dir: Path) -> str:
     path = out_dir / WANDB_ID_FILE
     if path.is_file():
         return path.read_text().strip()
-    from wandb.sdk.lib.runid import generate_id  # W&B's own id format
-
     run_id = generate_id()
     path.write_text(run_id + "\n")
     return run_id
@@ -167,10 +171,6 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
 def resume_command(run_dir: Path, extra: list[str]) -> list[str]:
     """The command that continues `run_dir`: its own overrides, its own directory."""
-    import sys
-
-    import yaml
-
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
         raise ResumeError(f"{run_dir} is not a run directory of `make train` (no .hydra/overrides.yaml); "
@@ -180,14 +180,9 @@ def resume_command(run_dir: Path, extra: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import subprocess
-    import sys
-
-    from headsweep.runs import RESULTS, is_complete
-
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: python -m headsweep.resume <run dir> [overrides]", file=sys.stderr)
+        print("usage: python -m headsweep.training.resume <run dir> [overrides]", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
     try:

@@ -5,24 +5,14 @@ from __future__ import annotations
 import time
 
 import pytorch_lightning as pl
-import sacrebleu
 import torch
 from torch import Tensor
 
-from headsweep import decoding
-from headsweep.losses import linear_cross_entropy
+from headsweep.data import load_tokenizer
 from headsweep.model import Transformer, TransformerConfig, count_parameters
-from headsweep.schedules import SCHEDULES, budget_progress, lr_factor
-
-
-def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
-    """sacreBLEU BLEU and chrF on detokenised text, with their signatures."""
-    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
-    b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
-    return {
-        "bleu": b.score, "chrf": c.score,
-        "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-    }
+from headsweep.model.losses import linear_cross_entropy
+from headsweep.training.schedules import SCHEDULES, budget_progress, lr_factor
+from headsweep.training.translate import corpus_scores, translate
 
 
 class TranslationModule(pl.LightningModule):
@@ -46,6 +36,7 @@ class TranslationModule(pl.LightningModule):
         peak_lr: float | None = 1e-3,
         warmup_steps: int = 1000,
         schedule: str = "linear",
+        decay_fraction: float = 0.25,
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         weight_decay: float = 0.0,
@@ -60,8 +51,6 @@ class TranslationModule(pl.LightningModule):
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
-        from headsweep.data import load_tokenizer  # data imports datasets: only needed here
-
         self.tokenizer = load_tokenizer(tokenizer_json)
         self.param_counts = count_parameters(self.net)
         self._eval_outputs: list[tuple[Tensor, list[str]]] = []
@@ -108,35 +97,25 @@ class TranslationModule(pl.LightningModule):
             elapsed = timer.time_elapsed("train") if timer else 0.0
             max_time = elapsed + timer.time_remaining("train") if timer else None
             progress = budget_progress(done, max_steps, elapsed, max_time)
-            return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress)
+            return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress, hp.decay_fraction)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ----- evaluation -----
-    def decode_batch(self, src: Tensor, beam_size: int = 1) -> list[str]:
+    def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,
+                  max_len_extra: int | None = None) -> list[str]:
+        """Detokenised translations of source ids (B, S): greedy, or beam search (alpha: length penalty)."""
         hp = self.hparams
-        max_len = decoding.max_output_length(src, hp.pad_id, hp.max_len_extra, self.net.cfg.max_len - 1)
-        if beam_size > 1 and hasattr(decoding, "beam_search"):
-            tokens = decoding.beam_search(self.net, src, hp.bos_id, hp.eos_id, max_len, beam_size,
-                                          hp.length_penalty)
-        else:
-            tokens = decoding.greedy(self.net, src, hp.bos_id, hp.eos_id, max_len)
-        return self.detokenize(tokens)
-
-    def detokenize(self, tokens: Tensor) -> list[str]:
-        out = []
-        for row in tokens.tolist():
-            if self.hparams.eos_id in row:
-                row = row[: row.index(self.hparams.eos_id)]
-            out.append(self.tokenizer.decode(row, skip_special_tokens=True))
-        return out
+        return translate(self.net, self.tokenizer, src, bos_id=hp.bos_id, eos_id=hp.eos_id, pad_id=hp.pad_id,
+                         max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra,
+                         beam_size=beam_size, alpha=hp.length_penalty if alpha is None else alpha)
 
     def validation_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch, smoothing=0.0)  # plain NLL, so exp(loss) is the perplexity
         self.log("val/loss", loss, batch_size=n_tokens, on_epoch=True)
         if self.val_bleu_now():
-            self._eval_outputs.append((batch["index"].cpu(), self.decode_batch(batch["src"])))
+            self._eval_outputs.append((batch["index"].cpu(), self.translate(batch["src"])))
 
     def val_bleu_now(self) -> bool:
         """Greedy-decode the validation set at every `eval_every`-th validation (never in the sanity
@@ -162,8 +141,8 @@ class TranslationModule(pl.LightningModule):
     def test_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch, smoothing=0.0)
         self.log("test/loss", loss, batch_size=n_tokens, on_epoch=True)
-        greedy = self.decode_batch(batch["src"])
-        beam = self.decode_batch(batch["src"], self.hparams.test_beam_size) if self.hparams.test_beam_size > 1 else greedy
+        greedy = self.translate(batch["src"])
+        beam = self.translate(batch["src"], self.hparams.test_beam_size) if self.hparams.test_beam_size > 1 else greedy
         self._eval_outputs.append((batch["index"].cpu(), list(zip(greedy, beam))))
 
     def on_test_epoch_end(self):

@@ -6,13 +6,14 @@ Plain PyTorch: no Hydra, Lightning or W&B here. One config object, `TransformerC
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.attention import KVCache, MultiHeadAttention
+from headsweep.model.attention import KVCache, MultiHeadAttention
 
 POSITIONS = ("sinusoidal", "learned")
 ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
@@ -235,6 +236,24 @@ class Transformer(nn.Module):
         if kind == "cross":
             return [layer.cross_attn for layer in self.decoder]
         raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+
+
+@contextmanager
+def attention_switches(net: Transformer, gates: dict[str, list[Tensor]] | None = None, record: bool = False):
+    """Analysis settings of every attention module inside the block, restored on exit: the default head
+    gates xi ({kind: one gate per layer}, each (h,) or (B, h)) and recording of attention weights
+    (each module's `last_weights`)."""
+    modules = [(kind, layer, m) for kind in ATTENTION_KINDS for layer, m in enumerate(net.attention_layers(kind))]
+    saved = [(m, m.gate, m.record_weights) for _, _, m in modules]
+    for kind, layer, m in modules:
+        if gates is not None:
+            m.gate = gates[kind][layer]
+        m.record_weights = record
+    try:
+        yield
+    finally:
+        for m, gate, rec in saved:
+            m.gate, m.record_weights, m.last_weights = gate, rec, None
 
 
 def reorder_cache(cache: list[LayerCache], index: Tensor) -> None:

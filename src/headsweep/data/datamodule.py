@@ -1,240 +1,27 @@
-"""Parallel-text data for headsweep: loading + validation, a joint subword tokenizer,
-and token-budget batching (as in "Attention Is All You Need": batches hold a roughly
-constant number of tokens rather than a constant number of sentences).
-
-Every problem with the data or the data config is reported as a one-line ``DataError``
-that names the file (and line) and says how to fix it, *before* any training starts.
-"""
+"""The Lightning data module: loads and validates every split (local files or the Hugging Face hub),
+trains or reuses the cached joint tokenizer, and serves token-budget batches."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import logging
 import os
-import random
-import tempfile
 from pathlib import Path
 
 import datasets
 import pytorch_lightning as pl
-import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from torch.utils.data import DataLoader, Dataset
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader
+
+from headsweep.data.batching import PairDataset, TokenBatchSampler, collate
+from headsweep.data.files import DATA_ENV, DataError, atomic_write, clean_pairs, read_lines, split_files
+from headsweep.data.tokenizer import (BOS_ID, EOS_ID, PAD_ID, TOKENIZER_RECIPE, TOKENIZERS, UNK_ID, decode,
+                                      load_tokenizer, train_tokenizer)
 
 log = logging.getLogger("headsweep.data")
 
 DEFAULT_DIR = "../shared/data/multi30k"
-DATA_ENV = "HEADSWEEP_DATA"
 SOURCES = ("local", "hub")
-TOKENIZERS = ("bpe", "unigram")
-# Fixed ids so the model, the collate function and checkpoints agree without lookups.
-SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-# Bump when the tokenizer recipe changes, so stale cached tokenizers are not reused.
-_TOKENIZER_RECIPE = "v1"
-
-
-class DataError(ValueError):
-    """One-line, actionable message about bad data/config."""
-
-    def __init__(self, message: str):
-        # Messages often embed exception text; keep them on one line for logs and sweeps.
-        super().__init__(" ".join(str(message).split()))
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def split_files(dir: str | os.PathLike, split: str, lang: str) -> Path:
-    """Return the file holding ``split`` in ``lang``: ``{split}.{lang}`` or ``{split}.{lang}.gz``."""
-    base = Path(dir)
-    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
-        if (base / name).is_file():
-            return base / name
-    raise DataError(
-        f"missing data file for split '{split}': expected {base.absolute() / f'{split}.{lang}'} "
-        f"or {split}.{lang}.gz in that directory"
-    )
-
-
-def _read_lines(path: Path) -> list[str]:
-    """Read a text file (optionally gzipped) strictly as UTF-8, one sentence per line."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    lines = []
-    try:
-        with opener(path, "rb") as f:
-            # Iterate over *bytes* lines: they split on b"\n" only, whereas str.splitlines()
-            # would also split on U+2028/U+0085 etc. and silently misalign the two sides.
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{path}: line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte "
-                        f"offset {e.start} of the line); re-encode the file as UTF-8"
-                    ) from None
-    except (OSError, EOFError) as e:  # corrupt/truncated gzip, permission denied, ...
-        raise DataError(f"{path}: cannot read file ({type(e).__name__}: {e})") from None
-    return lines
-
-
-def _clean_pairs(src: list[str], tgt: list[str], what: str) -> tuple[list[str], list[str]]:
-    """Strip whitespace and drop pairs where either side is blank (logged with the count)."""
-    pairs = [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
-    kept = [(s, t) for s, t in pairs if s and t]
-    if len(kept) < len(pairs):
-        log.warning("%s: dropped %d empty sentence pair(s) of %d", what, len(pairs) - len(kept), len(pairs))
-    if not kept:
-        raise DataError(f"{what}: no non-empty sentence pairs (split is empty)")
-    return [s for s, _ in kept], [t for _, t in kept]
-
-
-# ----------------------------------------------------------------------------- tokenizer
-
-
-def load_tokenizer(json_str: str) -> Tokenizer:
-    """Rebuild a tokenizer from ``Tokenizer.to_str()`` output (e.g. stored in a checkpoint)."""
-    tok = Tokenizer.from_str(json_str)
-    for i, name in enumerate(SPECIALS):
-        if tok.token_to_id(name) != i:
-            raise DataError(f"tokenizer has special token {name!r} at id {tok.token_to_id(name)}, expected {i}")
-    return tok
-
-
-def _train_tokenizer(kind: str, vocab_size: int, texts: list[str]) -> Tokenizer:
-    """Train a joint sentencepiece-style subword tokenizer (Metaspace keeps spacing recoverable)."""
-    if kind == "bpe":
-        tok = Tokenizer(models.BPE(unk_token="<unk>"))
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False)
-    else:
-        tok = Tokenizer(models.Unigram())
-        trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=list(SPECIALS), unk_token="<unk>", show_progress=False
-        )
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    return load_tokenizer(tok.to_str())  # checks the special-token ids
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file + os.replace so parallel sweep jobs never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-# ----------------------------------------------------------------------------- batching
-
-
-class TokenBatchSampler:
-    """Batches of indices whose padded size, max(length) * n_sentences, stays <= max_tokens.
-
-    Indices are sorted by length so batches need little padding. With ``shuffle`` the ties
-    between equal lengths are broken randomly (so bucket contents vary per epoch) and the
-    batch order is shuffled; everything is a pure function of (seed, epoch).
-
-    Under data parallelism (world_size > 1) every rank makes the same batches and takes every
-    world_size-th one from position `rank`: disjoint, equally long shares whose union is the
-    one-process epoch (the last shares are topped up with the first batches when the count does
-    not divide, as torch's DistributedSampler pads).
-    """
-
-    def __init__(self, lengths: list[int], max_tokens: int, shuffle: bool = False, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
-        if max_tokens < 1:
-            raise DataError(f"max_tokens must be >= 1, got {max_tokens}")
-        if not 0 <= rank < world_size:
-            raise DataError(f"rank {rank} is not in 0..{world_size - 1}")
-        self.rank, self.world_size = rank, world_size
-        self.lengths = list(lengths)
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
-        self.skip = 0  # batches of the next iteration to leave out: those a resumed run already trained on
-
-    @property
-    def sampler(self):
-        # Lightning calls set_epoch() on `dataloader.batch_sampler.sampler`, not on the batch
-        # sampler itself; exposing ourselves here makes it reach our set_epoch().
-        return self
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _batches(self) -> list[list[int]]:
-        idx = list(range(len(self.lengths)))
-        rng = random.Random(f"{self.seed}-{self.epoch}")  # string seed: stable across runs
-        if self.shuffle:
-            rng.shuffle(idx)  # random tie-break: sort below is stable
-        idx.sort(key=self.lengths.__getitem__)
-        batches, cur = [], []
-        for i in idx:
-            # Ascending order, so the new item is the longest: padded size = its length * (n+1).
-            # An over-long single sentence still gets its own batch (cur is empty then).
-            if cur and self.lengths[i] * (len(cur) + 1) > self.max_tokens:
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            batches.append(cur)
-        if self.shuffle:
-            rng.shuffle(batches)
-        if self.world_size > 1:
-            per_rank = -(-len(batches) // self.world_size)  # ceil
-            batches = (batches + batches[: per_rank * self.world_size - len(batches)])[self.rank::self.world_size]
-        return batches
-
-    def __iter__(self):
-        batches, self.skip = self._batches()[self.skip:], 0
-        return iter(batches)
-
-    def __len__(self) -> int:
-        # The greedy cut depends only on the sorted multiset of lengths, so the count is the
-        # same for every epoch; computing it is cheap (a sort) and done rarely.
-        return len(self._batches())
-
-
-class _PairDataset(Dataset):
-    """Encoded pairs plus their row index into ``texts(split)``."""
-
-    def __init__(self, src: list[list[int]], tgt: list[list[int]], index: list[int]):
-        self.src, self.tgt, self.index = src, tgt, index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, i: int) -> dict:
-        return {"src": self.src[i], "tgt": self.tgt[i], "index": self.index[i]}
-
-
-def collate(items: list[dict]) -> dict[str, torch.Tensor]:
-    """Pad a list of pairs: src; tgt_in = BOS + tgt; tgt_out = tgt + EOS (teacher forcing)."""
-    n = len(items)
-    s_len = max(len(it["src"]) for it in items)
-    t_len = max(len(it["tgt"]) for it in items) + 1
-    src = torch.full((n, s_len), PAD_ID, dtype=torch.long)
-    tgt_in = torch.full((n, t_len), PAD_ID, dtype=torch.long)
-    tgt_out = torch.full((n, t_len), PAD_ID, dtype=torch.long)
-    for b, it in enumerate(items):
-        s, t = it["src"], it["tgt"]
-        src[b, : len(s)] = torch.tensor(s, dtype=torch.long)
-        tgt_in[b, : len(t) + 1] = torch.tensor([BOS_ID, *t], dtype=torch.long)
-        tgt_out[b, : len(t) + 1] = torch.tensor([*t, EOS_ID], dtype=torch.long)
-    index = torch.tensor([it["index"] for it in items], dtype=torch.long)
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "index": index}
-
-
-# ----------------------------------------------------------------------------- data module
 
 
 class TranslationDataModule(pl.LightningDataModule):
@@ -272,9 +59,7 @@ class TranslationDataModule(pl.LightningDataModule):
         if source == "hub" and not hub_name:
             raise DataError("data.source=hub needs data.hub_name (e.g. wmt14); or use data.source=local data.dir=PATH")
         self.source = source
-        # HEADSWEEP_DATA redirects the *default* location; an explicitly given dir always wins.
-        self.dir_from_env = dir == DEFAULT_DIR and bool(os.environ.get(DATA_ENV))
-        self.dir = os.environ[DATA_ENV] if self.dir_from_env else dir
+        self.dir = dir  # conf/data/multi30k.yaml fills it from $HEADSWEEP_DATA when that is set
         self.hub_name, self.hub_config = hub_name, hub_config
         cols = dict(hub_columns) if hub_columns else {"src": src_lang, "tgt": tgt_lang}
         if set(cols) != {"src", "tgt"}:
@@ -295,7 +80,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.tokenizer: Tokenizer | None = None
         self.tokenizer_path: str | None = None
         self._texts: dict[str, tuple[list[str], list[str]]] = {}
-        self._data: dict[str, _PairDataset] = {}
+        self._data: dict[str, PairDataset] = {}
         self._raw: dict[str, datasets.Dataset] = {}
 
     # -- loading ------------------------------------------------------------------------
@@ -304,20 +89,19 @@ class TranslationDataModule(pl.LightningDataModule):
         # absolute() so every message names a findable file even if the cwd changed (Hydra).
         d = Path(self.dir).absolute()
         if not d.is_dir():
-            origin = f"${DATA_ENV}" if self.dir_from_env else "data.dir"
             raise DataError(
-                f"data directory not found: {d} (set by {origin}); point to the Multi30k files "
+                f"data directory not found: {d}; point to the Multi30k files "
                 f"with data.dir=PATH or the environment variable {DATA_ENV}=PATH"
             )
         return d
 
-    def _load_local(self, split: str) -> tuple[list[str], list[str]]:
+    def load_local(self, split: str) -> tuple[list[str], list[str]]:
         d = self._check_dir()
         sf, tf = split_files(d, split, self.src_lang), split_files(d, split, self.tgt_lang)
-        src, tgt = _read_lines(sf), _read_lines(tf)
+        src, tgt = read_lines(sf), read_lines(tf)
         if len(src) != len(tgt):
             raise DataError(f"line counts differ: {sf} has {len(src)} lines but {tf} has {len(tgt)} lines")
-        return _clean_pairs(src, tgt, f"{sf} / {tf}")
+        return clean_pairs(src, tgt, f"{sf} / {tf}")
 
     def _load_hub(self, split: str) -> tuple[list[str], list[str]]:
         what = f"hub dataset '{self.hub_name}'" + (f" (config {self.hub_config})" if self.hub_config else "")
@@ -341,7 +125,7 @@ class TranslationDataModule(pl.LightningDataModule):
                     f"available: {', '.join(flat.column_names)}"
                 )
             out.append([x if isinstance(x, str) else "" for x in flat[col]])
-        return _clean_pairs(out[0], out[1], f"{what} split '{split}'")
+        return clean_pairs(out[0], out[1], f"{what} split '{split}'")
 
     # -- tokenizer ------------------------------------------------------------------------
 
@@ -356,7 +140,7 @@ class TranslationDataModule(pl.LightningDataModule):
             h.update(repr((self.hub_name, self.hub_config, self.train_split, sorted(self.hub_columns.items()))).encode())
         h.update(
             repr(
-                (self.src_lang, self.tgt_lang, self.tokenizer_type, self.vocab_size, self.limit_train, _TOKENIZER_RECIPE)
+                (self.src_lang, self.tgt_lang, self.tokenizer_type, self.vocab_size, self.limit_train, TOKENIZER_RECIPE)
             ).encode()
         )
         return h.hexdigest()[:16]
@@ -372,8 +156,8 @@ class TranslationDataModule(pl.LightningDataModule):
             except Exception as e:  # unreadable cache: retrain rather than fail the run
                 log.warning("cached tokenizer %s unusable (%s); retraining", path, e)
         src, tgt = self._texts[self.train_split]
-        tok = _train_tokenizer(self.tokenizer_type, self.vocab_size, src + tgt)
-        _atomic_write(path, tok.to_str())
+        tok = train_tokenizer(self.tokenizer_type, self.vocab_size, src + tgt)
+        atomic_write(path, tok.to_str())
         log.info("trained %s tokenizer (vocab %d) -> %s", self.tokenizer_type, tok.get_vocab_size(), path)
         return tok
 
@@ -383,7 +167,7 @@ class TranslationDataModule(pl.LightningDataModule):
         if self.tokenizer is not None:  # idempotent: Lightning calls setup once per stage
             return
         # Load and validate every split first, so bad data fails before minutes of training.
-        load = self._load_local if self.source == "local" else self._load_hub
+        load = self.load_local if self.source == "local" else self._load_hub
         for split in dict.fromkeys((self.train_split, self.val_split, self.test_split)):
             src, tgt = load(split)
             limit = self.limit_train if split == self.train_split else self.limit_eval
@@ -394,7 +178,7 @@ class TranslationDataModule(pl.LightningDataModule):
         for split, (src, tgt) in self._texts.items():
             self._data[split] = self._build(split, src, tgt, filter_long=split == self.train_split)
 
-    def _build(self, split: str, src: list[str], tgt: list[str], filter_long: bool) -> _PairDataset:
+    def _build(self, split: str, src: list[str], tgt: list[str], filter_long: bool) -> PairDataset:
         self._raw[split] = datasets.Dataset.from_dict({"src": src, "tgt": tgt})
         s_ids, t_ids = self.encode(src), self.encode(tgt)
         index = list(range(len(src)))
@@ -409,7 +193,7 @@ class TranslationDataModule(pl.LightningDataModule):
             if not keep:
                 raise DataError(f"split '{split}': every pair is longer than data.max_len={self.max_len}; raise it")
             s_ids, t_ids, index = [s_ids[i] for i in keep], [t_ids[i] for i in keep], keep
-        return _PairDataset(s_ids, t_ids, index)
+        return PairDataset(s_ids, t_ids, index)
 
     @property
     def vocab_size_actual(self) -> int:
@@ -445,12 +229,27 @@ class TranslationDataModule(pl.LightningDataModule):
         return [e.ids for e in encs]
 
     def decode(self, ids) -> list[str]:
-        """Ids (lists or a 2-D tensor) -> strings. Cut at the first EOS; all special tokens
-        (pad, bos, eos, unk) are dropped."""
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        cut = [list(seq[: seq.index(EOS_ID)]) if EOS_ID in seq else list(seq) for seq in map(list, ids)]
-        return self._need_tokenizer().decode_batch(cut, skip_special_tokens=True)
+        """Ids (lists or a 2-D tensor) -> strings, cut at the first EOS, special tokens dropped."""
+        return decode(self._need_tokenizer(), ids)
+
+    def ensure_split(self, split: str) -> None:
+        """The run's own splits are loaded by setup(); another split of a local data dir is read from its files."""
+        try:
+            self.texts(split)
+        except DataError:
+            if self.source != "local":
+                raise
+            self.add_split(split, *self.load_local(split))  # one clear error naming a missing file
+
+    def add_files(self, src: str, ref: str) -> str:
+        """A pair of plain text files (one sentence per line, optionally .gz) as a split named after them."""
+        paths = [Path(src), Path(ref)]
+        for p in paths:
+            if not p.is_file():
+                raise DataError(f"file not found: {p}")
+        name = paths[0].name.removesuffix(".gz").rsplit(".", 1)[0] or "file"  # newstest.de -> newstest
+        self.add_split(name, *(read_lines(p) for p in paths))
+        return name
 
     def add_split(self, name: str, src_texts: list[str], tgt_texts: list[str]) -> None:
         """Register extra evaluation data (never filtered, limit_eval not applied)."""
@@ -458,7 +257,7 @@ class TranslationDataModule(pl.LightningDataModule):
         if len(src_texts) != len(tgt_texts):
             raise DataError(f"split '{name}': {len(src_texts)} source vs {len(tgt_texts)} target sentences")
         self._need_tokenizer()
-        src, tgt = _clean_pairs(src_texts, tgt_texts, f"split '{name}'")
+        src, tgt = clean_pairs(src_texts, tgt_texts, f"split '{name}'")
         self._texts[name] = (src, tgt)
         self._data[name] = self._build(name, src, tgt, filter_long=False)
 

@@ -21,6 +21,8 @@ from collections import defaultdict
 import torch
 from torch import Tensor
 
+from headsweep.model import attention_switches
+
 METRICS = ("confidence", "entropy", "prev", "next", "rare")
 
 
@@ -99,3 +101,31 @@ def role_label(prev: float | None, next_: float | None, rare: float | None,
         (rare, "rare words", rare_threshold),
     ) if share is not None and share >= t]
     return max(candidates)[1] if candidates else "-"
+
+
+def source_frequencies(datamodule) -> torch.Tensor:
+    """How often each subword id occurs in the source side of the training split (rare-word role)."""
+    ids = datamodule.encode(datamodule.texts(datamodule.train_split)[0])
+    flat = torch.tensor([i for sent in ids for i in sent], dtype=torch.long)
+    return torch.bincount(flat, minlength=datamodule.vocab_size_actual)
+
+
+def collect_roles(net, batches: list[dict], pad_id: int, freq: torch.Tensor) -> RoleAccumulator:
+    """Teacher-forced passes over the batches with every module recording its attention weights."""
+    acc = RoleAccumulator()
+    with attention_switches(net, record=True), torch.no_grad():
+        for batch in batches:
+            src, tgt = batch["src"], batch["tgt_in"]
+            memory, src_pad = net.encode(src)
+            net.decode_hidden(tgt, memory, src_pad)
+            src_ok, tgt_ok = src.ne(pad_id), tgt.ne(pad_id)
+            for layer, m in enumerate(net.attention_layers("enc_self")):
+                acc.add("enc_self", layer, attention_stats(m.last_weights, src_ok, src_ok, self_attention=True,
+                                                           key_ids=src, key_freq=freq))
+            for layer, m in enumerate(net.attention_layers("dec_self")):
+                acc.add("dec_self", layer, attention_stats(m.last_weights, tgt_ok, tgt_ok, self_attention=True,
+                                                           causal=True))
+            for layer, m in enumerate(net.attention_layers("cross")):
+                acc.add("cross", layer, attention_stats(m.last_weights, tgt_ok, src_ok, self_attention=False,
+                                                        key_ids=src, key_freq=freq))
+    return acc

@@ -1,18 +1,9 @@
-"""`make bench`: speed measured as ratios against baselines timed in the same run.
-
-1. Training: target tokens/s of our Lightning training step vs a plain PyTorch loop over
-   torch.nn.Transformer of the same size, on the same Multi30k batches; and model FLOP utilisation
-   (MFU) against this machine's bf16 matmul peak, measured here with a large torch.matmul.
-2. Attention: forward + backward of our layer vs torch.nn.MultiheadAttention (fp32 and bf16).
-3. Decoding: cached greedy / beam vs a naive decoder that re-runs the prefix (headsweep.bench_decoding).
-
-    python -m headsweep.bench [--steps 10] [--profile] [--skip attention,decoding]
-                              [--ckpt RUN_DIR --sentences 1000]   (decoding with a trained model)
-"""
+"""Training speed: target tokens/s of our Lightning training step vs a plain PyTorch loop over
+torch.nn.Transformer of the same size, on the same Multi30k batches, and model FLOP utilisation (MFU)
+against this machine's matmul peak, measured here with a large torch.matmul."""
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import hydra
@@ -20,14 +11,13 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import profile
 from torch.utils.data import DataLoader
 
-from headsweep.attention import MultiHeadAttention
+from headsweep.config import auto_precision, compose
 from headsweep.data import TranslationDataModule
 from headsweep.model import count_parameters
-from headsweep.module import TranslationModule
-from headsweep.params import compose
-from headsweep.train import auto_precision
+from headsweep.training.module import TranslationModule
 
 SMALL = dict(d_model=256, n_layers=3, heads=8, d_ff=1024, dropout=0.1)
 
@@ -109,7 +99,7 @@ def plain_tokens_per_s(vocab: int, batches: list[dict], warmup: int, bf16: bool)
     return tokens / (time.perf_counter() - t0)
 
 
-def bench_training(steps: int, warmup: int, profile: bool) -> None:
+def bench_training(steps: int, warmup: int, profile: bool, bf16: bool = True) -> None:
     dm = hydra.utils.instantiate(compose(["paths.output_dir=/tmp/headsweep-bench"]).data)  # make train's batches
     dm.setup("fit")
     it = iter(dm.train_dataloader())
@@ -117,15 +107,17 @@ def bench_training(steps: int, warmup: int, profile: bool) -> None:
     tokens = sum(int(b["tgt_out"].ne(0).sum()) for b in batches) / len(batches)
     print(f"\n## Training step: {len(batches)} Multi30k batches (~{tokens:.0f} target tokens each), "
           f"first {warmup} not timed; default small model (d_model 256, 3+3 layers, h 8, vocab {dm.vocab_size_actual})")
-    peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16), matmul_peak(torch.float32)
-    print(f"matmul peak (2048^3, measured now): bf16 {peak_bf16 / 1e12:.2f} TFLOP/s, fp32 {peak_fp32 / 1e12:.2f} TFLOP/s")
+    peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16) if bf16 else None, matmul_peak(torch.float32)
+    print(f"matmul peak (2048^3, measured now): fp32 {peak_fp32 / 1e12:.2f} TFLOP/s"
+          + (f", bf16 {peak_bf16 / 1e12:.2f} TFLOP/s" if bf16 else ""))
     module = TranslationModule(model=dict(SMALL), vocab_size=dm.vocab_size_actual, tokenizer_json=dm.tokenizer_json)
     counts = count_parameters(module.net)
     # Training FLOPs per target token: 6 x (non-embedding parameters + the output projection).
     flops_per_token = 6 * (counts["non_embedding"] + dm.vocab_size_actual * SMALL["d_model"])
     print(f"make train uses {auto_precision()} on this machine (bf16-mixed only where the CPU has bf16 matmuls)")
     print(f"{'precision':<10}{'ours tok/s':>12}{'plain tok/s':>13}{'ratio':>8}{'MFU ours':>10}{'MFU plain':>11}")
-    for precision, peak in (("bf16-mixed", peak_bf16), ("32-true", peak_fp32)):
+    precisions = (("bf16-mixed", peak_bf16), ("32-true", peak_fp32)) if bf16 else (("32-true", peak_fp32),)
+    for precision, peak in precisions:
         ours = ours_tokens_per_s(dm, batches, warmup, precision)
         plain = plain_tokens_per_s(dm.vocab_size_actual, batches, warmup, precision == "bf16-mixed")
         print(f"{precision:<10}{ours:>12.0f}{plain:>13.0f}{ours / plain:>8.2f}"
@@ -135,84 +127,14 @@ def bench_training(steps: int, warmup: int, profile: bool) -> None:
 
 
 def profile_step(module: TranslationModule, batches: list[dict]) -> None:
-    """Where a bf16 training step's time goes (torch.profiler, self CPU time)."""
-    from torch.profiler import profile
-
+    """Where a training step's time goes (torch.profiler, self CPU time), in make train's precision."""
     opt = torch.optim.Adam(module.parameters(), lr=1e-4)
     module.train()
     with profile() as prof:
         for b in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=auto_precision() == "bf16-mixed"):
                 loss, _ = module.loss(b)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
-
-
-def bench_attention(reps: int = 10) -> None:
-    """Forward + backward of one self-attention layer at d_model 256, batch of 3,200 tokens."""
-    B, T, d = 128, 25, 256
-    print(f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} (ms; ratio = torch / ours, >1 = ours faster)")
-    print(f"{'dtype':<6}{'h':>4}{'ours':>9}{'ours sdpa':>11}{'torch MHA':>11}{'ratio':>8}")
-    for bf16 in (False, True):
-        for h in (1, 4, 8, 16, 32):
-            x = torch.randn(B, T, d, requires_grad=True)
-            pad = torch.zeros(B, T, dtype=torch.bool)
-            pad[: B // 2, T - 5 :] = True
-            ours, sdpa = MultiHeadAttention(d, h, kernel="math"), MultiHeadAttention(d, h, kernel="sdpa")
-            ref = nn.MultiheadAttention(d, h, batch_first=True)
-
-            def run_ours(m=ours):
-                m(x, key_padding_mask=pad)[0].sum().backward()
-
-            def run_sdpa(m=sdpa):
-                m(x, key_padding_mask=pad)[0].sum().backward()
-
-            def run_ref():
-                ref(x, x, x, key_padding_mask=pad, need_weights=False)[0].sum().backward()
-
-            times = [_time(f, reps, bf16) for f in (run_ours, run_sdpa, run_ref)]
-            print(f"{'bf16' if bf16 else 'fp32':<6}{h:>4}{times[0]:>9.1f}{times[1]:>11.1f}{times[2]:>11.1f}"
-                  f"{times[2] / times[0]:>8.2f}", flush=True)
-
-
-def _time(fn, reps: int, bf16: bool) -> float:
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        fn()
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-    return (time.perf_counter() - t) / reps * 1000
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=10, help="timed training steps per side")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--profile", action="store_true", help="print where a training step's time goes")
-    parser.add_argument("--skip", default="", help="comma-separated: training,attention,decoding")
-    parser.add_argument("--ckpt", default=None,
-                        help="decoding: a trained run or checkpoint (default: a random default-size model)")
-    parser.add_argument("--sentences", type=int, default=None,
-                        help="decoding: test sentences per decoder (default 1000 with --ckpt, else 100)")
-    args = parser.parse_args()
-    skip = set(filter(None, args.skip.split(",")))
-    torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    if "attention" not in skip:
-        bench_attention()
-    if "training" not in skip:
-        bench_training(args.steps, args.warmup, args.profile)
-    if "decoding" not in skip:
-        try:
-            from headsweep.bench_decoding import main as decoding_main
-        except ImportError:
-            print("\n(decoding benchmark not available)")
-        else:
-            sentences = args.sentences or (1000 if args.ckpt else 100)
-            decoding_main([*(["--ckpt", args.ckpt] if args.ckpt else []), "--sentences", str(sentences)])
-
-
-if __name__ == "__main__":
-    main()

@@ -1,31 +1,20 @@
 """Parameter counts of any config, without data or training.
 
-    python -m headsweep.params [hydra overrides]            counts by part for that config
-    python -m headsweep.params --table3 model=paper_base data.vocab_size=37000
+    python -m headsweep.experiments.params [hydra overrides]            counts by part for that config
+    python -m headsweep.experiments.params --table3 model=paper_base data.vocab_size=37000
                                                             every Table 3 row beside the paper's count
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
 from headsweep.model import Transformer, TransformerConfig, count_parameters
-from headsweep.paper import model_overrides, table3
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
-
+from headsweep.config import compose
+from headsweep.experiments.paper import model_overrides, table3
 
 def count_for(model: dict, vocab_size: int) -> dict[str, int]:
     with torch.device("meta"):  # shapes only: the big model costs no memory

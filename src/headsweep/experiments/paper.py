@@ -5,6 +5,14 @@ from __future__ import annotations
 import csv
 from importlib.resources import files
 
+# Table 3's columns as config keys: (config key, Table 3 column, short name in run and cell names).
+TABLE3_KEYS = (
+    ("model.n_layers", "N", "N"), ("model.d_model", "d_model", "dm"), ("model.d_ff", "d_ff", "ff"),
+    ("model.heads", "h", "h"), ("model.d_k", "d_k", "dk"), ("model.d_v", "d_v", "dv"),
+    ("model.dropout", "P_drop", "drop"), ("module.label_smoothing", "eps_ls", "ls"), ("model.positions", "pos", "pos"),
+)
+COLUMNS = {key: column for key, column, _ in TABLE3_KEYS}
+ALIASES = {key: alias for key, _, alias in TABLE3_KEYS}
 INT_COLUMNS = ("N", "d_model", "d_ff", "h", "d_k", "d_v", "train_steps")
 FLOAT_COLUMNS = ("P_drop", "eps_ls", "dev_ppl", "dev_bleu", "params_M")
 
@@ -24,8 +32,6 @@ def table3() -> list[dict]:
 
 def model_overrides(row: dict) -> dict:
     """The model settings of a Table 3 row, as keys of conf/model."""
-    return {
-        "n_layers": row["N"], "d_model": row["d_model"], "d_ff": row["d_ff"], "heads": row["h"],
-        "d_k": row["d_k"], "d_v": row["d_v"], "dropout": row["P_drop"], "positions": (
-            "learned" if row["pos"] == "learned" else "sinusoidal"),
-    }
+    out = {key.split(".", 1)[1]: row[column] for key, column, _ in TABLE3_KEYS if key.startswith("model.")}
+    out["positions"] = "learned" if row["pos"] == "learned" else "sinusoidal"
+    return out

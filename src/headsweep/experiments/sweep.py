@@ -1,6 +1,6 @@
 """Run one Table 3 ablation as a Hydra multirun: `make sweep SWEEP=table3_a [SEEDS=3 BUDGET=short ...]`.
 
-    python -m headsweep.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
+    python -m headsweep.experiments.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
                               [--scale paper] [--dry] [hydra overrides for every job]
 
 The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import itertools
 import json
 import os
 import re
@@ -41,32 +40,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
+import torch
+from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from headsweep.params import CONF_DIR
-from headsweep.runs import RESULTS, is_complete, read_results
-
-SWEEPS_DIR = CONF_DIR.parent / "sweeps"
+from headsweep.config import CONF_DIR, SWEEPS_DIR, compose
+from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
+                                         row_tag, spec_seeds, split_parameters)
+from headsweep.training.checks import ConfigError, check_config
+from headsweep.training.runs import RESULTS, export_run, is_complete, read_results
 JOB_GROUP = "sweep_job"
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
 # overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
 LAUNCHERS = {
     "basic": [],
     "joblib": ["hydra/launcher=joblib"],
-    "submitit": ["hydra/launcher=submitit_slurm"],
+    # a job that hits its time limit is requeued (up to 3 times) and resumes from its checkpoint
+    "submitit": ["hydra/launcher=submitit_slurm", "hydra.launcher.max_num_timeout=3"],
     "submitit_local": ["hydra/launcher=submitit_local"],
 }
-# Keys each job sets itself; the same key on the command line would give every job one name/seed.
-RESERVED = ("seed", "run_name", "sweep", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
-# Short names of the Table 3 columns, for run names and cell labels.
-ALIASES = {"model.n_layers": "N", "model.d_model": "dm", "model.d_ff": "ff", "model.dropout": "drop",
-           "module.label_smoothing": "ls", "model.positions": "pos"}
-
-
-class SweepError(ValueError):
-    """A bad sweep name, spec or override; the one-line message says what to change."""
-
 
 @dataclass
 class Job:
@@ -94,55 +86,6 @@ class Sweep:
     threads: int | None = None  # torch threads per job (--jobs)
 
 
-# ----------------------------------------------------------------------------- the spec
-
-
-def available(specs_dir: Path = SWEEPS_DIR) -> list[str]:
-    return sorted(p.stem for p in specs_dir.glob("*.yaml"))
-
-
-def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
-    path = specs_dir / f"{name}.yaml"
-    if not path.is_file():
-        raise SweepError(f"unknown sweep '{name}'; available: {', '.join(available(specs_dir)) or '(none)'} "
-                         f"(the files in {specs_dir})")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("parameters"), dict) or not spec["parameters"]:
-        raise SweepError(f"{path}: no 'parameters' mapping: a W&B sweep spec with parameters keyed by override keys")
-    if spec.get("method") != "grid":
-        raise SweepError(f"{path}: method is {spec.get('method')!r}; only 'grid' sweeps run here")
-    for key, p in spec["parameters"].items():
-        if key in RESERVED:
-            raise SweepError(f"{path}: parameter '{key}' is set by the sweep itself (seeds: --seeds N)")
-        if not isinstance(p, dict) or not (("value" in p) ^ ("values" in p)):
-            raise SweepError(f"{path}: parameter '{key}' needs exactly one of 'value' or 'values' (a grid)")
-        values = [p["value"]] if "value" in p else p["values"]
-        if not isinstance(values, list) or not values:
-            raise SweepError(f"{path}: parameter '{key}': 'values' must be a non-empty list")
-        if any(v is None for v in values):
-            raise SweepError(f"{path}: parameter '{key}' has a null value; W&B would pass it as the string None")
-    return spec, path
-
-
-def format_value(value) -> str:
-    """A YAML value as Hydra reads it on the command line (what W&B's ${args_no_hyphens} passes, but
-    with Hydra's spelling of booleans)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
-    """(constant overrides, grid cells): a cell is one override per `values` parameter; the first cell,
-    made of every parameter's first value, is the base."""
-    constants = [f"{k}={format_value(p['value'])}" for k, p in spec["parameters"].items() if "value" in p]
-    axes = [[f"{k}={format_value(v)}" for v in p["values"]] for k, p in spec["parameters"].items() if "values" in p]
-    return constants, [list(cell) for cell in itertools.product(*axes)]
-
-
 # ----------------------------------------------------------------------------- composing the jobs
 
 
@@ -150,73 +93,23 @@ def _first_line(e: Exception) -> str:
     return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
 
 
-def _compose(overrides: list[str]) -> DictConfig:
-    from headsweep.params import compose
-
-    return compose(overrides)
-
-
-def flatten_config(cfg: DictConfig) -> dict:
-    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them."""
-    skip = {"seed", "run_name", "sweep", "tags", "paths", "logger"}
-    out = {}
-
-    def walk(node, prefix):
-        for k, v in node.items():
-            key = f"{prefix}{k}"
-            if isinstance(v, dict):
-                walk(v, key + ".")
-            else:
-                out[key] = tuple(v) if isinstance(v, list) else v
-
-    walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
-    h, d_model = out["model.heads"], out["model.d_model"]
-    out["model.d_k"] = out["model.d_k"] or d_model // h  # null means d_model / h
-    out["model.d_v"] = out["model.d_v"] or d_model // h
-    return out
-
-
-def label_part(key: str, value) -> str:
-    alias = ALIASES.get(key, key.rsplit(".", 1)[-1])
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    part = f"{alias}{text}" if isinstance(value, (int, float)) else f"{alias}-{text}"
-    return re.sub(r"[^A-Za-z0-9._-]", "_", part)
-
-
-def cell_labels(flats: list[dict]) -> list[str]:
-    """h8-dk32-dv32, plus each other setting that differs between the cells (N3-dm256-..., drop0.1-...)."""
-    varied = [k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1
-              and k not in ("model.heads", "model.d_k", "model.d_v")]
-    varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
-    return ["-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"]
-                     + [label_part(k, f[k]) for k in varied]) for f in flats]
-
-
-def row_tag(name: str) -> str:
-    m = re.match(r"table3_([a-e])(_|$)", name)
-    return f"row-{m.group(1).upper()}" if m else f"sweep-{name}"
-
-
 def default_jobs(cores: int) -> int:
     """Two jobs of cores/2 threads on a CPU: on 2 cores, two 1-thread jobs trained 1.21x the target
     tokens/s of one 2-thread job (make bench measures it); one job where a GPU takes the work."""
-    import torch
-
     return 1 if torch.cuda.is_available() or cores < 2 else 2
 
 
-def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
+def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
          specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
          jobs: int | None = 1, cores: int | None = None) -> Sweep:
     """Every job of the sweep, each grid cell composed and its model built (on the meta device) first,
     so a bad key or value stops the sweep before any job starts."""
-    from headsweep.train import ConfigError, check_config
-
     spec, path = load_spec(name, specs_dir)
     if launcher not in LAUNCHERS:
         raise SweepError(f"unknown launcher '{launcher}'; one of {', '.join(LAUNCHERS)}")
-    if seeds < 1:
+    if seeds is not None and seeds < 1:
         raise SweepError(f"--seeds must be >= 1, got {seeds}")
+    seed_list = spec_seeds(spec) if seeds is None else list(range(1, seeds + 1))
     cores = cores or os.cpu_count() or 1
     if jobs is None:
         jobs = default_jobs(cores)
@@ -240,19 +133,19 @@ def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = N
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     try:
-        _compose(common)
+        compose(common)
     except Exception as e:
         raise SweepError(f"overrides {' '.join(common)}: {_first_line(e)}") from None
     for key, p in spec["parameters"].items():  # each parameter alone first: the error names it
         first = format_value(p["value"] if "value" in p else p["values"][0])
         try:
-            _compose([*common, f"{key}={first}"])
+            compose([*common, f"{key}={first}"])
         except Exception as e:
             raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
     flats = []
     for cell in cells:
         try:
-            cfg = _compose([*common, *cell])
+            cfg = compose([*common, *cell])
             check_config(cfg)
         except ConfigError as e:
             raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
@@ -268,7 +161,7 @@ def plan(name: str, seeds: int, extra: list[str] = (), *, budget: str | None = N
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
     sweep = Sweep(name, path, root / name, common, threads=threads)
-    for seed in range(1, seeds + 1):  # seed-major: a half-done sweep already has every cell once
+    for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags)) in enumerate(zip(cells, labels, flats)):
             run = f"{label}-s{seed}"
             job = Job(
@@ -318,8 +211,6 @@ def _unresolved(value) -> bool:
 
 def job_config(job: Job) -> str:
     """The job's overrides as a config file of group JOB_GROUP (package _global_, merged last)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     cfg = OmegaConf.create({"run_name": job.name, "tags": job.tags,
                             **({"export_dir": str(job.export)} if job.export else {})})
     defaults = []
@@ -406,8 +297,6 @@ def lock(sweep_dir: Path):
 def export_finished(sweep: Sweep, out) -> None:
     """Jobs that finished in their run directory but are missing from results/ (an older sweep, or an
     export cut short) are exported now."""
-    from headsweep.runs import export_run
-
     for j in sweep.jobs:
         if j.export is not None and is_complete(j.dir) and not is_complete(j.export):
             export_run(j.dir, j.export)
@@ -472,7 +361,8 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="a spec in sweeps/, e.g. table3_a")
-    parser.add_argument("--seeds", type=int, default=1, help="run seeds 1..N of every cell")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="run seeds 1..N of every cell (default: the spec's seed values, as W&B agents run)")
     parser.add_argument("--budget", help="a conf/budget option, e.g. short")
     parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
     parser.add_argument("--scale", choices=["small", "paper"], default="small",

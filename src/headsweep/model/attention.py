@@ -39,6 +39,21 @@ class KVCache:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
+def head_sizes(d_model: int, heads: int, d_k: int | None = None, d_v: int | None = None) -> tuple[int, int]:
+    """(d_k, d_v) per head; an unset size is d_model / h, the paper's default."""
+    return (d_k if d_k is not None else d_model // heads), (d_v if d_v is not None else d_model // heads)
+
+
+def attention_mask(key_padding_mask: Tensor | None, causal: bool, Tq: int, Tk: int, device) -> Tensor | None:
+    """Boolean (B or 1, 1, Tq or 1, Tk), True = may attend: no padding keys, and with `causal` no key
+    after the query (keys already in a decoding cache precede the Tq queries)."""
+    mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+    if causal and Tq > 1:
+        allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril(diagonal=Tk - Tq)
+        mask = allowed if mask is None else mask & allowed
+    return mask
+
+
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(q k^T / sqrt(d_k)) over keys; mask is boolean, True = may attend."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Tq, Tk)
@@ -82,8 +97,7 @@ class MultiHeadAttention(nn.Module):
         if not 0.0 <= head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
         self.d_model, self.heads = d_model, heads
-        self.d_k = d_k if d_k is not None else d_model // heads
-        self.d_v = d_v if d_v is not None else d_model // heads
+        self.d_k, self.d_v = head_sizes(d_model, heads, d_k, d_v)
         if self.d_k < 1 or self.d_v < 1:
             raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
         self.impl, self.kernel, self.dropout, self.head_dropout = impl, kernel, dropout, head_dropout
@@ -152,48 +166,44 @@ class MultiHeadAttention(nn.Module):
         Returns (output (B, Tq, d_model), weights (B, h, Tq, Tk) or None).
         """
         B, Tq, _ = x.shape
-        if memory is None:  # self-attention: keys/values from x, appended to what the cache holds
-            q, k, v = self._project_qkv(x)  # (B, h, Tq, d_k), (B, h, Tq, d_k), (B, h, Tq, d_v)
+        q, k, v = self._queries_keys_values(x, memory, cache)  # (B, h, Tq, d_k), (B, h, Tk, d_k), (B, h, Tk, d_v)
+        mask = attention_mask(key_padding_mask, causal, Tq, k.size(2), x.device)
+        heads, weights = self._attend(q, k, v, mask, need_weights or self.record_weights)  # head_i: (B, h, Tq, d_v)
+        gate = self._gate(gate, B, x)  # xi: (h,) or (B, h)
+        if gate is not None:
+            heads = heads * gate.view(-1, self.heads, 1, 1)  # xi_i head_i
+        out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, self.heads * self.d_v))  # Concat(...) W^O
+        return out, weights
+
+    def _queries_keys_values(self, x: Tensor, memory: Tensor | None, cache: KVCache | None):
+        """Q = x W^Q; K = m W^K and V = m W^V with m = x (self-attention: appended to what the cache
+        holds) or the encoder output (cross-attention: computed once per sentence when cached)."""
+        if memory is None:
+            q, k, v = self._project_qkv(x)
             if cache is not None:
                 if cache.k is not None:
                     k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
                 cache.k, cache.v = k, v
-        else:  # cross-attention: queries from x, keys/values from the encoder output (cached once)
-            q = self._project(x, "q")
-            if cache is not None and cache.k is not None:
-                k, v = cache.k, cache.v
-            else:
-                k, v = self._project(memory, "k"), self._project(memory, "v")
-                if cache is not None:
-                    cache.k, cache.v = k, v
-        Tk = k.size(2)
+            return q, k, v
+        q = self._project(x, "q")
+        if cache is not None and cache.k is not None:
+            return q, cache.k, cache.v
+        k, v = self._project(memory, "k"), self._project(memory, "v")
+        if cache is not None:
+            cache.k, cache.v = k, v
+        return q, k, v
 
-        mask = None  # boolean (B or 1, 1, Tq or 1, Tk), True = may attend
-        if key_padding_mask is not None:
-            mask = ~key_padding_mask[:, None, None, :]
-        if causal and Tq > 1:
-            offset = Tk - Tq  # keys already in the cache precede the queries
-            allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=x.device).tril(diagonal=offset)
-            mask = allowed if mask is None else mask & allowed
-
-        need_weights = need_weights or self.record_weights
-        weights = None
-        if need_weights or not self._use_sdpa(x):
-            weights = attention_weights(q, k, mask)  # (B, h, Tq, Tk)
-            if self.record_weights:
-                self.last_weights = weights.detach()
-            p = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
-            heads = p @ v  # (B, h, Tq, d_v)
-        else:
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
-            )
-
-        gate = self._gate(gate, B, x)
-        if gate is not None:
-            heads = heads * gate.view(gate.shape[0] if gate.dim() == 2 else 1, self.heads, 1, 1)
-        out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, self.heads * self.d_v))
-        return out, (weights if need_weights else None)
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool):
+        """softmax(Q K^T / sqrt(d_k)) V per head, with the weights when asked for (the kernel is chosen in
+        _use_sdpa; torch's fused kernel does not return them)."""
+        if not need_weights and self._use_sdpa(q):
+            dropout = self.dropout if self.training else 0.0
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        weights = attention_weights(q, k, mask)  # (B, h, Tq, Tk)
+        if self.record_weights:
+            self.last_weights = weights.detach()
+        p = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
+        return p @ v, (weights if need_weights else None)
 
     def _use_sdpa(self, x: Tensor) -> bool:
         # Measured (make bench): on CPU under bf16 autocast the plain matmul-softmax-matmul path is

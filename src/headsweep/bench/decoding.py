@@ -1,7 +1,7 @@
 """Decoding speed: cached greedy and beam search against naive decoders that re-run the whole prefix
 every step, on the same model and the same test sentences, timed in the same run.
 
-    python -m headsweep.bench_decoding [--ckpt RUN_DIR_OR_CKPT] [--sentences 100] [--beam 4] [--repeats 1]
+    python -m headsweep.bench.decoding [--ckpt RUN_DIR_OR_CKPT] [--sentences 100] [--beam 4] [--repeats 1]
 
 Without --ckpt it trains nothing: a randomly initialised model of the default size (conf/model/small)
 on the default data's test split. Random weights rarely emit EOS, so every sentence decodes to the
@@ -14,25 +14,24 @@ import argparse
 import sys
 import time
 
+import hydra
 import torch
+from omegaconf import OmegaConf
 
-from headsweep import decoding
+from headsweep.config import compose
+from headsweep.data import DataError, make_batches
+from headsweep.model import decoding
+from headsweep.training.module import TranslationModule
+from headsweep.training.runs import RunError, load_run
 
 
 def _batches(datamodule, n_sentences: int) -> tuple[str, list[torch.Tensor]]:
     """The first n_sentences of the test split (file order, not the shortest), as padded source batches
     under the data module's evaluation token budget, sorted by length as evaluation batches are."""
-    from headsweep.data import TokenBatchSampler
-
     split = datamodule.test_split
-    ids = datamodule.encode(datamodule.texts(split)[0][:n_sentences])
-    batches = []
-    for index in TokenBatchSampler([len(s) for s in ids], datamodule.eval_max_tokens):
-        src = torch.full((len(index), max(len(ids[i]) for i in index)), datamodule.pad_id, dtype=torch.long)
-        for row, i in enumerate(index):
-            src[row, : len(ids[i])] = torch.tensor(ids[i])
-        batches.append(src)
-    return split, batches
+    src_texts, refs = datamodule.texts(split)
+    ids, ref_ids = datamodule.encode(src_texts[:n_sentences]), datamodule.encode(refs[:n_sentences])
+    return split, [b["src"] for b in make_batches(ids, ref_ids, datamodule.eval_max_tokens)]
 
 
 def bench_decoding(module, datamodule, n_sentences: int = 1000, beam_size: int = 4, repeats: int = 1) -> list[dict]:
@@ -83,12 +82,6 @@ def format_rows(rows: list[dict]) -> str:
 
 def _random_default_model():
     """The default config's model with random weights, and the default config's data module."""
-    import hydra
-    from omegaconf import OmegaConf
-
-    from headsweep.module import TranslationModule
-    from headsweep.params import compose
-
     cfg = compose(["paths.output_dir=/tmp/headsweep-bench"])
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("test")
@@ -101,10 +94,7 @@ def _random_default_model():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from headsweep.data import DataError
-    from headsweep.runs import RunError, check_vocabulary, load_datamodule, load_module, run_dir_of
-
-    p = argparse.ArgumentParser(prog="python -m headsweep.bench_decoding", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m headsweep.bench.decoding", description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt", default=None, help="a checkpoint or run directory; default: random default-size model")
     # 100 by default: the naive decoders take ~1 min for them at the default size on 2 CPU cores.
     p.add_argument("--sentences", type=int, default=100, help="test sentences decoded by every decoder")
@@ -114,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     try:
         if args.ckpt:
-            module = load_module(args.ckpt)
-            datamodule = load_datamodule(run_dir_of(args.ckpt))
-            check_vocabulary(module, datamodule)
+            run = load_run(args.ckpt)
+            module, datamodule = run.module, run.datamodule
             what = f"checkpoint {args.ckpt}"
         else:
             module, datamodule = _random_default_model()

@@ -4,14 +4,16 @@ Every schedule warms up linearly for `warmup_steps`, then follows its shape. `li
 to zero exactly when training ends, whether it ends by trainer.max_steps or by trainer.max_time:
 progress is the larger of the step fraction and the time fraction, so a run cut by the time cap on a
 slow machine still ends annealed. Linear decay to zero is the usual winner at a fixed budget (Li et al.
-2020, "Budgeted training"). `inverse_sqrt` is the paper's shape, which never anneals.
+2020, "Budgeted training"). `wsd` (warm-up, stable, decay; Hägele et al. 2024) holds the peak and decays
+linearly to zero over the last `decay_fraction` of the budget. `inverse_sqrt` is the paper's shape, which
+never anneals.
 """
 
 from __future__ import annotations
 
 import math
 
-SCHEDULES = ("linear", "cosine", "inverse_sqrt")
+SCHEDULES = ("linear", "cosine", "wsd", "inverse_sqrt")
 
 
 def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
@@ -20,7 +22,8 @@ def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
     return min(step / warmup_steps, math.sqrt(warmup_steps / step))
 
 
-def lr_factor(schedule: str, step: int, warmup_steps: int, progress: float, warmup_progress: float) -> float:
+def lr_factor(schedule: str, step: int, warmup_steps: int, progress: float, warmup_progress: float,
+              decay_fraction: float = 0.25) -> float:
     """The learning rate as a fraction of its peak at optimizer step `step` (1-based).
 
     progress: how much of the budget is spent, in [0, 1]; warmup_progress: the progress at which warm-up
@@ -29,6 +32,8 @@ def lr_factor(schedule: str, step: int, warmup_steps: int, progress: float, warm
     if schedule == "inverse_sqrt":
         return inverse_sqrt_schedule(step, warmup_steps)
     warm = min(step / warmup_steps, 1.0)
+    if schedule == "wsd":
+        return min(warm, min(max((1.0 - progress) / decay_fraction, 0.0), 1.0))
     left = min(max((progress - warmup_progress) / (1.0 - warmup_progress), 0.0), 1.0)  # decay done, 0..1
     if schedule == "linear":
         decay = 1.0 - left

@@ -14,16 +14,23 @@ of different layers (the global pruning order uses the normalised scores).
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from headsweep.model import ATTENTION_KINDS, Transformer
+from headsweep.model import ATTENTION_KINDS, Transformer, attention_switches
 
 Head = tuple[str, int, int]  # (attention kind, layer, head)
+POOLS = ("all", *ATTENTION_KINDS)  # pruning within each kind, and over all heads together
+NORMALISATION = "each layer's importance scores divided by their l2 norm (Michel et al. 2019)"
+KIND_NAMES = {"enc_self": "encoder self-attention", "dec_self": "decoder self-attention",
+              "cross": "encoder-decoder attention"}
+
+
+class AnalysisError(ValueError):
+    """A bad argument for the analysis; the message says what to pass instead."""
 
 
 def all_heads(net: Transformer, kinds: Iterable[str] = ATTENTION_KINDS) -> list[Head]:
@@ -31,29 +38,18 @@ def all_heads(net: Transformer, kinds: Iterable[str] = ATTENTION_KINDS) -> list[
             for layer, m in enumerate(net.attention_layers(kind)) for h in range(m.heads)]
 
 
-@contextmanager
-def gated(net: Transformer, pruned: Iterable[Head]) -> Iterator[None]:
-    """Inside the block every attention module's default gate is 1, and 0 at the pruned heads.
+def gated(net: Transformer, pruned: Iterable[Head]):
+    """A context in which every attention module's default gate is 1, and 0 at the pruned heads.
 
     Gates are set even when nothing is pruned (all ones), so "0% pruned" runs the same code path as
     any other point of a pruning curve. The previous gates are restored on exit.
     """
     pruned = set(pruned)
-    saved = []
     weight = net.output_weight
-    for kind in ATTENTION_KINDS:
-        for layer, m in enumerate(net.attention_layers(kind)):
-            gate = torch.ones(m.heads, dtype=weight.dtype, device=weight.device)
-            for h in range(m.heads):
-                if (kind, layer, h) in pruned:
-                    gate[h] = 0.0
-            saved.append((m, m.gate))
-            m.gate = gate
-    try:
-        yield
-    finally:
-        for m, gate in saved:
-            m.gate = gate
+    gates = {kind: [torch.tensor([0.0 if (kind, layer, h) in pruned else 1.0 for h in range(m.heads)],
+                                 dtype=weight.dtype, device=weight.device)
+                    for layer, m in enumerate(net.attention_layers(kind))] for kind in ATTENTION_KINDS}
+    return attention_switches(net, gates)
 
 
 def sentence_losses(net: Transformer, batch: dict, pad_id: int) -> Tensor:
@@ -78,19 +74,9 @@ def gate_gradients(net: Transformer, batch: dict, pad_id: int) -> dict[str, Tens
     weight = net.output_weight
     gates = {kind: [torch.ones(B, m.heads, dtype=weight.dtype, device=weight.device, requires_grad=True)
                     for m in net.attention_layers(kind)] for kind in ATTENTION_KINDS}
-    saved = []
-    for kind in ATTENTION_KINDS:
-        for m, g in zip(net.attention_layers(kind), gates[kind]):
-            saved.append((m, m.gate))
-            m.gate = g
-    try:
-        with torch.enable_grad():
-            total = sentence_losses(net, batch, pad_id).sum()
-            flat = [g for kind in ATTENTION_KINDS for g in gates[kind]]
-            grads = torch.autograd.grad(total, flat)
-    finally:
-        for m, gate in saved:
-            m.gate = gate
+    with attention_switches(net, gates), torch.enable_grad():
+        total = sentence_losses(net, batch, pad_id).sum()
+        grads = torch.autograd.grad(total, [g for kind in ATTENTION_KINDS for g in gates[kind]])
     out, i = {}, 0
     for kind in ATTENTION_KINDS:
         n = len(gates[kind])

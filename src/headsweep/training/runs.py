@@ -1,13 +1,20 @@
-"""Finding and reloading what a training run wrote: results.json, checkpoints, its data module."""
+"""The run directory: writing results.json (atomically, in one place), finding and reloading what a run
+wrote (results, checkpoints, its data module), and exporting a finished run's small outputs."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import pickle
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import hydra
+
+from headsweep.data.files import atomic_write
+from headsweep.training.module import TranslationModule
 
 RESULTS = "results.json"
 
@@ -22,6 +29,27 @@ def run_dir_of(ckpt: str | Path) -> Path:
     if path.is_dir():
         return path
     return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
+def write_json(path: Path, obj: dict) -> None:
+    """Atomically: a killed run never leaves a half-written results file."""
+    atomic_write(path, json.dumps(obj, indent=2, default=str))
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    """One sentence per line (hypotheses, references), atomically."""
+    atomic_write(path, "".join(line + "\n" for line in lines))
+    return path
+
+
+def update_results(run_dir: Path, key: str, name: str, entry: dict) -> None:
+    """results[key][name] = entry: under a lock, re-read just before writing, replaced atomically, so
+    neither a crash nor another evaluation of the same run loses what the file already holds."""
+    with open(run_dir / ".results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads((run_dir / RESULTS).read_text())
+        results.setdefault(key, {})[name] = entry
+        write_json(run_dir / RESULTS, results)
 
 
 def read_results(run_dir: str | Path) -> dict | None:
@@ -49,11 +77,11 @@ def resolve_checkpoint(ckpt: str | Path) -> Path:
 
 def load_module(ckpt: str | Path, map_location: str = "cpu"):
     """The TranslationModule of a checkpoint, in eval mode; one clear error if it is not one of ours."""
-    from headsweep.module import TranslationModule
-
     path = resolve_checkpoint(ckpt)
     try:
         module = TranslationModule.load_from_checkpoint(path, map_location=map_location, weights_only=False)
+    except (pickle.UnpicklingError, EOFError) as e:  # not a torch file at all
+        raise RunError(f"{path} is not a headsweep checkpoint ({type(e).__name__}: {e})") from None
     except (KeyError, TypeError, RuntimeError) as e:
         raise RunError(f"{path} is not a headsweep checkpoint or does not match this code: "
                        f"{str(e).splitlines()[0]}") from None
@@ -62,13 +90,35 @@ def load_module(ckpt: str | Path, map_location: str = "cpu"):
 
 def load_datamodule(run_dir: str | Path, **overrides):
     """Rebuild a run's data module from its results.json config (setup() not yet called)."""
-    import hydra
-
     results = read_results(run_dir)
     if results is None or results.get("status") != "complete":
         raise RunError(f"no complete {RESULTS} in {run_dir}: the run did not finish; pass a finished run's checkpoint")
     data_cfg = {**results["config"]["data"], **overrides}
     return hydra.utils.instantiate(data_cfg)
+
+
+@dataclass
+class FinishedRun:
+    checkpoint: Path
+    dir: Path
+    results: dict
+    module: TranslationModule
+    datamodule: object  # TranslationDataModule, set up
+
+
+def load_run(ckpt: str | Path) -> FinishedRun:
+    """A finished run from a checkpoint or its directory: its results, module and set-up data module,
+    with the vocabularies checked against each other (what evaluate, analyze and the bench load)."""
+    if not str(ckpt).strip():
+        raise RunError("no checkpoint given: pass CKPT=<run dir> or <run dir>/checkpoints/<file>.ckpt")
+    path = resolve_checkpoint(ckpt)
+    run_dir = run_dir_of(path)
+    results = read_results(run_dir)
+    datamodule = load_datamodule(run_dir)  # one clear error if the run did not finish
+    datamodule.setup()
+    module = load_module(path)
+    check_vocabulary(module, datamodule)
+    return FinishedRun(path, run_dir, results, module, datamodule)
 
 
 def check_vocabulary(module, datamodule) -> None:
@@ -80,22 +130,6 @@ def check_vocabulary(module, datamodule) -> None:
         )
 
 
-def average_state_dicts(paths: list[str | Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the model weights of several checkpoints (the paper averages the last 5)."""
-    if not paths:
-        raise RunError("no checkpoints to average")
-    total: dict[str, torch.Tensor] | None = None
-    for p in paths:
-        state = torch.load(p, map_location="cpu", weights_only=False)["state_dict"]
-        if total is None:
-            total = {k: v.detach().clone().double() if v.is_floating_point() else v.clone() for k, v in state.items()}
-        else:
-            if state.keys() != total.keys():
-                raise RunError(f"{p} has other parameters than {paths[0]}: checkpoints of different models")
-            for k, v in state.items():
-                if v.is_floating_point():
-                    total[k] += v.double()
-    return {k: (v / len(paths)).float() if v.is_floating_point() else v for k, v in total.items()}
 
 
 # What a finished run keeps when exported (results/<sweep>/<job>/): small, text or PNG, never checkpoints
@@ -120,7 +154,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
         elif src.is_file():
             shutil.copy2(src, tmp / dst_name)
     exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    (tmp / RESULTS).write_text(json.dumps(exported, indent=2, default=str))
+    write_json(tmp / RESULTS, exported)
     if dest.exists():
         old = dest.parent / f".{dest.name}.old"
         shutil.rmtree(old, ignore_errors=True)

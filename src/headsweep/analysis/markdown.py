@@ -1,0 +1,262 @@
+"""The analysis in words and tables: analysis.md, the printed summary, and the section `make report`
+adds for a sweep whose runs were analysed (e.g. heads_specialise)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from headsweep.analysis.importance import KIND_NAMES, NORMALISATION, POOLS
+from headsweep.analysis.plots import pyplot
+from headsweep.model import ATTENTION_KINDS
+
+def _f(x, fmt="{:.2f}") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(str(c) for c in row) + " |" for row in rows], ""]
+
+
+def markdown(a: dict) -> str:
+    """analysis.md: every part of the analysis, in words, tables and the plots' file names."""
+    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _maps_md)
+    return "\n".join(line for part in parts for line in part(a))
+
+
+def _importance_md(a: dict) -> list[str]:
+    """The header and the importance tables."""
+    s = a["settings"]
+    full = a["full"]
+    imp = a["importance"]["normalised"]
+    n_layers = len(imp["enc_self"])
+    n_heads = len(imp["enc_self"][0])
+    lines = [
+        f"# Do heads specialise? `{a['run_name']}`", "",
+        f"Checkpoint `{a['checkpoint']}`, split `{a['split']}`. Model: {n_layers} + {n_layers} layers, "
+        f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.", "",
+        f"Full model on the first {s['sentences_decoded']} sentences (greedy): **BLEU {full['bleu']:.2f}**, "
+        f"chrF {full['chrf']:.2f}, loss {full['loss']:.3f} ({s['loss']}). Every ablation below decodes these "
+        f"same sentences; importance and roles use all {s['sentences_importance']} sentences of the split. "
+        f"Cost: {a['cost']['decodes']} decodes, {a['cost']['seconds_per_decode']} s each, "
+        f"{a['cost']['total_seconds'] / 60:.1f} min in all.", "",
+        "## Head importance (Michel et al. 2019)", "",
+        f"I_h = E_x |∂L(x)/∂ξ_h| at ξ = 1, L(x) the sentence's summed token NLL. **Normalised: {NORMALISATION}**, "
+        "so each row below has unit l2 norm; the pruning order over all heads uses these normalised scores.", "",
+        f"![importance]({a['files']['importance']})", "",
+    ]
+    for kind in ATTENTION_KINDS:
+        lines += [f"**{KIND_NAMES[kind]}**", ""]
+        lines += _table(["layer"] + [f"h{h}" for h in range(n_heads)],
+                        [[l] + [f"{v:.2f}" for v in row] for l, row in enumerate(imp[kind])])
+    return lines
+
+
+def _ablation_md(a: dict) -> list[str]:
+    """One head removed; one layer's best head kept (Michel's Tables 1 and 2)."""
+    full = a["full"]
+    imp = a["importance"]["normalised"]
+    n_layers = len(imp["enc_self"])
+    n_heads = len(imp["enc_self"][0])
+    single = {(r["kind"], r["layer"], r["head"]): r for r in a["single_head"]}
+    lines = [
+        "## Removing one head (Michel et al., Table 1)", "",
+        f"BLEU change (loss change in brackets) when only that head is removed; full model BLEU {full['bleu']:.2f}.", "",
+        f"![ablation]({a['files']['ablation']})", "",
+    ]
+    for kind in ATTENTION_KINDS:
+        lines += [f"**{KIND_NAMES[kind]}**", ""]
+        lines += _table(["layer"] + [f"h{h}" for h in range(n_heads)],
+                        [[l] + [f"{single[(kind, l, h)]['delta_bleu']:+.2f} ({single[(kind, l, h)]['delta_loss']:+.3f})"
+                                for h in range(n_heads)] for l in range(n_layers)])
+    lines += [
+        "## Keeping only the most important head of a layer (Michel et al., Table 2)", "",
+        "All heads of one layer removed except the one with the highest importance (Michel tried every head "
+        "and kept the best by BLEU; we take the importance ranking, one decode per layer).", "",
+    ]
+    lines += _table(["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss"],
+                    [[KIND_NAMES[r["kind"]], r["layer"], r["kept_head"], f"{r['bleu']:.2f}", f"{r['delta_bleu']:+.2f}",
+                      f"{r['loss']:.3f}", f"{r['delta_loss']:+.3f}"] for r in a["best_head_only"]])
+    return lines
+
+
+def _pruning_md(a: dict) -> list[str]:
+    """Pruning curves, prunable fractions and the most sensitive attention kind."""
+    s = a["settings"]
+    full = a["full"]
+    grid = a["pruning"]["fractions"]
+    pools = a["pruning"]["pools"]
+    n_random = s["random_orders"]
+    lines = [
+        "## Pruning curves", "",
+        f"Heads removed in order of increasing (normalised) importance, {s['step']:.0%} of the pool per step, "
+        f"within each attention kind and over all heads together; dashed: {n_random} random orders "
+        f"(mean ± sd). Prunable: the largest fraction removed before BLEU first falls more than "
+        f"{s['tolerance']:g} below the full model's {full['bleu']:.2f}.", "",
+        f"![pruning]({a['files']['pruning']})", "",
+    ]
+    pool_name = {"all": "all heads", **KIND_NAMES}
+    lines += _table(["pool", "heads", "prunable (importance)", "prunable (random mean)"],
+                    [[pool_name[p], pools[p]["n_heads"], f"{pools[p]['prunable']['importance']:.0%}",
+                      _f(pools[p]["prunable"]["random_mean"], "{:.0%}")] for p in POOLS])
+    header = ["removed"] + [f"{pool_name[p]}: importance / random" for p in POOLS]
+    rows = []
+    for i, f in enumerate(grid):
+        row = [f"{f:.0%}"]
+        for p in POOLS:
+            rnd = pools[p]["random"]
+            r = f" / {rnd['bleu_mean'][i]:.2f} ± {rnd['bleu_sd'][i]:.2f}" if rnd["runs"] else ""
+            row.append(f"{pools[p]['importance']['bleu'][i]:.2f}{r}")
+        rows.append(row)
+    lines += ["BLEU at each step:", ""] + _table(header, rows)
+    lines += ["**Which attention kind matters most** (most sensitive first: BLEU lost with half of the kind's "
+              "heads removed in importance order; mean raw importance E|∂L/∂ξ| before normalisation):", ""]
+    lines += _table(["attention", "mean raw importance", f"ΔBLEU, {a['kinds'][0]['removed']:.0%} removed",
+                     "ΔBLEU, all removed", "prunable"],
+                    [[KIND_NAMES[r["kind"]], f"{r['mean_raw_importance']:.3f}", f"{-r['bleu_drop_half']:+.2f}",
+                      f"{-r['bleu_drop_all']:+.2f}", f"{r['prunable']:.0%}"] for r in a["kinds"]])
+    return lines
+
+
+def _roles_md(a: dict) -> list[str]:
+    """Role metrics and labels per head (Voita et al. 2019)."""
+    s = a["settings"]
+    lines = [
+        "## Head roles (Voita et al. 2019)", "",
+        "Per head, over every query token of the split (teacher-forced on the references): confidence = mean "
+        "of the maximum attention weight; entropy of the attention distribution (nats); prev / next = share of "
+        "tokens whose maximum falls on the previous / next token (self-attention, over the tokens that have one); "
+        "rare = share whose maximum falls on the sentence's least frequent source token (by training-split "
+        "frequency; encoder self-attention and cross-attention). "
+        f"Role thresholds: positional if prev or next ≥ {s['pos_threshold']:.0%}, rare words if rare ≥ "
+        f"{s['rare_threshold']:.0%} (`--pos-threshold`, `--rare-threshold`); '–' = none.", "",
+        "Counts: " + ", ".join(f"{k}: {v}" for k, v in a["roles"]["counts"].items()), "",
+        f"![importance vs confidence]({a['files']['importance_vs_confidence']})", "",
+    ]
+    lines += _table(["attention", "layer", "head", "importance", "ΔBLEU alone", "confidence", "entropy",
+                     "prev", "next", "rare", "role"],
+                    [[KIND_NAMES[r["kind"]], r["layer"], r["head"], f"{r['importance']:.2f}", f"{r['delta_bleu']:+.2f}",
+                      _f(r["confidence"]), _f(r["entropy"]), _f(r["prev"], "{:.0%}"), _f(r["next"], "{:.0%}"),
+                      _f(r["rare"], "{:.0%}"), r["role"]] for r in a["roles"]["heads"]])
+    return lines
+
+
+def _maps_md(a: dict) -> list[str]:
+    """The chosen sentences' attention maps."""
+    lines = ["## Attention maps", ""]
+    for m in a["attention_maps"]:
+        lines += [f"**{m['tag']}**: {m['source']}  →  {m['target']} (target side: {m['target_side']})", ""]
+        lines += [f"![{kind}]({name})" for kind, name in m["files"].items()] + [""]
+    return lines
+
+
+def summary(a: dict, out: Path) -> str:
+    full, pools, s = a["full"], a["pruning"]["pools"], a["settings"]
+    single = sorted(a["single_head"], key=lambda r: r["delta_bleu"])
+    fmt = lambda r: f"{r['kind']} L{r['layer']}H{r['head']} {r['delta_bleu']:+.2f}"  # noqa: E731
+    roles = a["roles"]["heads"]
+    lines = [
+        "",
+        f"analysis of {a['run_name']} on {a['split']} ({s['sentences_decoded']} sentences decoded, "
+        f"{s['sentences_importance']} for importance and roles; {a['cost']['decodes']} decodes, "
+        f"{a['cost']['total_seconds'] / 60:.1f} min)",
+        f"  full model: BLEU {full['bleu']:.2f}, loss {full['loss']:.3f}",
+        "  importance (normalised per layer by its l2 norm), max / min head per kind:",
+    ]
+    for kind in ATTENTION_KINDS:
+        rows = [r for r in roles if r["kind"] == kind]
+        hi, lo = max(rows, key=lambda r: r["importance"]), min(rows, key=lambda r: r["importance"])
+        lines.append(f"    {KIND_NAMES[kind]:<26} L{hi['layer']}H{hi['head']} {hi['importance']:.2f} / "
+                     f"L{lo['layer']}H{lo['head']} {lo['importance']:.2f}")
+    lines += [
+        "  removing one head: worst " + ", ".join(fmt(r) for r in single[:3])
+        + "; best " + ", ".join(fmt(r) for r in single[-2:]),
+        f"  prunable within {s['tolerance']:g} BLEU (importance order / random mean):",
+    ]
+    for pool in POOLS:
+        p = pools[pool]["prunable"]
+        lines.append(f"    {'all heads' if pool == 'all' else KIND_NAMES[pool]:<26} {p['importance']:.0%} / "
+                     f"{_f(p['random_mean'], '{:.0%}')} of {pools[pool]['n_heads']}")
+    lines.append("  most sensitive kind: " + ", ".join(
+        f"{KIND_NAMES[r['kind']]} {-r['bleu_drop_half']:+.2f} BLEU at {r['removed']:.0%} removed" for r in a["kinds"]))
+    lines += [
+        "  roles: " + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
+        + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",
+        f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
+    ]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- sweep report
+
+
+def report_section(run_dirs: list[Path], out_dir: Path) -> str:
+    """A markdown section on the head-dropout sweep from the runs that have analysis/analysis.json.
+
+    Overlays the pruning curves (importance order, all heads) with one line per head_dropout setting,
+    mean over seeds, into out_dir/heads_specialise_pruning.png; the markdown links the PNG by its file
+    name, so it is meant to be written into out_dir.
+    """
+    analyses = []
+    for d in run_dirs:
+        path = Path(d) / "analysis" / "analysis.json"
+        if path.is_file():
+            analyses.append(json.loads(path.read_text()))
+    title = "## Do heads specialise? Head dropout and pruning"
+    if not analyses:
+        return (f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
+                "`make analyze CKPT=<run dir>` for each run of the sweep.\n")
+    grid = analyses[0]["pruning"]["fractions"]
+    groups: dict[float, list[dict]] = {}
+    skipped = 0
+    for a in analyses:
+        if a["pruning"]["fractions"] != grid:
+            skipped += 1  # another --step: the curves cannot be averaged point by point
+            continue
+        groups.setdefault(float(a["model"].get("head_dropout") or 0.0), []).append(a)
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    rows = []
+    for hd in sorted(groups):
+        runs = groups[hd]
+        curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in runs]
+        mean = [statistics.fmean(c) for c in zip(*curves)]
+        line, = ax.plot([100 * f for f in grid], mean, "o-", ms=3, label=f"head_dropout {hd:g} (n={len(runs)})")
+        if len(runs) > 1:
+            sd = [statistics.stdev(c) for c in zip(*curves)]
+            ax.fill_between([100 * f for f in grid], [m - s for m, s in zip(mean, sd)],
+                            [m + s for m, s in zip(mean, sd)], color=line.get_color(), alpha=0.15, lw=0)
+        full = [a["full"]["bleu"] for a in runs]
+        prunable = [a["pruning"]["pools"]["all"]["prunable"]["importance"] for a in runs]
+        pm = lambda xs, f: f.format(statistics.fmean(xs)) + (f" ± {f.format(statistics.stdev(xs))}" if len(xs) > 1 else "")  # noqa: E731
+        rows.append([f"{hd:g}", len(runs), pm(full, "{:.2f}"), pm([100 * p for p in prunable], "{:.0f}") + "%",
+                     f"{mean[len(grid) // 2]:.2f}"])
+    ax.set_xlabel("heads removed, all attention kinds (%)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("pruning by importance, mean over seeds (± sd)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / "heads_specialise_pruning.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    s = analyses[0]["settings"]
+    lines = [
+        title, "",
+        f"Heads removed in order of increasing importance (Michel et al. 2019), over all attention kinds, "
+        f"{s['step']:.0%} per step; BLEU from greedy decoding of the first {s['sentences_decoded']} sentences "
+        f"of `{analyses[0]['split']}`. Prunable: the largest fraction removed before BLEU first falls more than "
+        f"{s['tolerance']:g} below the full model's. Mean ± sd over seeds.", "",
+        f"![pruning curves]({png.name})", "",
+    ]
+    lines += _table(["head_dropout", "runs", "BLEU full", "prunable", f"BLEU at {grid[len(grid) // 2]:.0%} removed"],
+                    rows)
+    if skipped:
+        lines += [f"({skipped} analysed run(s) left out: analysed with another --step.)", ""]
+    return "\n".join(lines)

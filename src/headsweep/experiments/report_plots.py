@@ -1,0 +1,111 @@
+"""The report's plots: test BLEU against the varied setting and against parameters (mean ± sd over seeds,
+each seed shown), and learning curves (val BLEU and val loss against step, mean and band over seeds)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from headsweep.experiments.cells import Cell, learning_curve
+from headsweep.experiments.paper import COLUMNS
+from headsweep.experiments.specs import label_part
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[Path]:
+    plt = pyplot()
+    paths = []
+    # BLEU against the varied setting: on a number axis when the first varied key tells every cell apart
+    # (h in row A, d_k in row B; log2 for sizes per head), else one slot per cell named by its settings.
+    key = keys[0]
+    numeric = (all(isinstance(c.runs[0].flat[key], (int, float)) for c in cells)
+               and len({c.runs[0].flat[key] for c in cells}) == len(cells))
+    xlabel = COLUMNS.get(key, key) if numeric or len(keys) == 1 else "cell"
+    xs = [c.runs[0].flat[key] if numeric else i for i, c in enumerate(cells)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for x, c in zip(xs, cells):
+        ys = c.row["test_bleu_seeds"]
+        ax.scatter([x] * len(ys), ys, color="0.6", s=14, zorder=2, label="one seed" if c is cells[0] else None)
+        ax.errorbar([x], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o", color="C0",
+                    capsize=4, zorder=3, label="mean ± sd over seeds" if c is cells[0] else None)
+    base = next((c for c in cells if c.base), None)
+    if base is not None:
+        ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label="base")
+    if numeric and key in ("model.heads", "model.d_k", "model.d_v") and min(xs) > 0:
+        ax.set_xscale("log", base=2)
+    if numeric:
+        ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
+    else:
+        shown = [k for k in keys if k not in ("model.heads", "model.d_k", "model.d_v")] or keys
+        names = [str(c.runs[0].flat[key]) if len(keys) == 1 else
+                 "-".join(label_part(k, c.runs[0].flat[k]) for k in shown) for c in cells]
+        ax.set_xticks(xs, names, rotation=30 if len(keys) > 1 else 0, ha="right" if len(keys) > 1 else "center",
+                      fontsize=8)
+        ax.set_xlim(-0.5, len(cells) - 0.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test BLEU")
+    ax.set_title(f"{sweep}: test BLEU vs {xlabel}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / f"{sweep}-bleu.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for c in cells:
+        ax.errorbar([c.row["params_M"]], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o",
+                    color="C1" if c.base else "C0", capsize=4)
+        ax.annotate("base" if c.base else c.label, (c.row["params_M"], c.row["test_bleu"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    ax.set_xlabel("parameters (M)")
+    ax.set_ylabel("test BLEU")
+    ax.set_title(f"{sweep}: test BLEU vs parameters (mean ± sd over seeds)")
+    fig.tight_layout()
+    paths.append(out_dir / f"{sweep}-params.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def cell_curve(cell: Cell, metric: str) -> tuple[list[int], list[float], list[float]]:
+    """Steps every seed of the cell validated at, and the mean and sd of `metric` there."""
+    curves = [learning_curve(r) for r in cell.runs]
+    steps = sorted(set.intersection(*[{s for s, v in c.items() if metric in v} for c in curves])) if curves else []
+    values = [[c[s][metric] for c in curves] for s in steps]
+    return steps, [statistics.fmean(v) for v in values], [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+
+
+def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> Path | None:
+    """Val BLEU (greedy) and val loss against training step, one line per cell with a ±sd band."""
+    if not any(cell_curve(c, "val/loss")[0] for c in cells):
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, c in enumerate(cells):
+        for ax, metric in zip(axes, ("val/bleu", "val/loss")):
+            steps, mean, sd = cell_curve(c, metric)
+            if not steps:
+                continue
+            color = f"C{i % 10}"
+            ax.plot(steps, mean, marker="o", ms=3, color=color, label=("base " if c.base else "") + c.label)
+            ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                            color=color, alpha=0.15)
+    for ax, name in zip(axes, ("val BLEU (greedy)", "val loss (NLL per subword)")):
+        ax.set_xlabel("training step")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{sweep}: learning curves, mean ± sd over seeds")
+    fig.tight_layout()
+    path = out_dir / f"{sweep}-curves.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

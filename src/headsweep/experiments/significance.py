@@ -1,0 +1,115 @@
+"""Is a difference real? sacreBLEU's paired bootstrap of a cell against the base on the test sentences
+(seeds pooled), Holm's correction for comparing several cells with one base, Welch's t-test over the
+seeds' scores, and Kendall's tau between the cells' rankings at two points of training."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+from scipy.stats import kendalltau, ttest_ind
+
+from headsweep.config import CONF_DIR
+from headsweep.data import DataError, read_lines, split_files
+from headsweep.experiments.cells import Cell, ReportError, Run
+from headsweep.training.runs import RESULTS
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """The trainer's own reader: .gz, strict UTF-8, \\n only."""
+    try:
+        return read_lines(Path(path))
+    except DataError as e:
+        raise ReportError(str(e)) from None
+
+
+def hypotheses_path(run: Run) -> Path:
+    """The test hypotheses the run's test/bleu scores: beam, else greedy; found next to results.json if
+    the run directory was moved."""
+    split = run.results["config"]["data"]["test_split"]
+    files = run.results.get("hypotheses", {})
+    for key in (f"{split}.beam", f"{split}.greedy"):
+        if key in files:
+            path = Path(files[key])
+            beside = run.dir / "hypotheses" / path.name  # a copy next to results.json (results/) comes first
+            return beside if beside.is_file() else path if path.is_absolute() else run.dir / path
+    raise ReportError(f"{run.dir / RESULTS}: no test hypotheses listed for split {split}")
+
+
+def references(run: Run) -> list[str]:
+    """The test references as the run saw them: its data.dir/test_split.tgt_lang[.gz], cut at limit_eval."""
+    data = run.results["config"]["data"]
+    split = data["test_split"]
+    listed = run.results.get("references", {}).get(split)
+    if listed and Path(listed).is_file():
+        path = Path(listed)
+    else:
+        data_dir = Path(data["dir"])
+        if not data_dir.is_absolute() and not data_dir.is_dir():
+            data_dir = CONF_DIR.parent / data_dir  # relative to where `make sweep` ran: the repository
+        try:
+            path = split_files(data_dir, split, data["tgt_lang"])
+        except DataError as e:
+            raise ReportError(f"references of {run.dir.name}: {e}") from None
+    lines = read_text_lines(path)
+    return lines[: data["limit_eval"]] if data.get("limit_eval") else lines
+
+
+def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:
+    """sacreBLEU's paired bootstrap test of `cell` against `base` on the seeds both have, pooled."""
+    base_by_seed = {r.seed: r for r in base.runs}
+    seeds = sorted(base_by_seed.keys() & {r.seed for r in cell.runs})
+    if not seeds:
+        return {"p": None, "note": "no seed in common with the base"}
+    cell_by_seed = {r.seed: r for r in cell.runs}
+    base_hyps, cell_hyps, refs = [], [], []
+    for s in seeds:
+        b, c = read_text_lines(hypotheses_path(base_by_seed[s])), read_text_lines(hypotheses_path(cell_by_seed[s]))
+        ref = references(base_by_seed[s])
+        if not len(b) == len(c) == len(ref):
+            return {"p": None, "note": f"seed {s}: {len(b)} base and {len(c)} cell hypotheses, {len(ref)} references"}
+        base_hyps += b
+        cell_hyps += c
+        refs += ref
+    test = PairedTest([("base", base_hyps), (cell.label, cell_hyps)], {"BLEU": BLEU()}, [refs],
+                      test_type="bs", n_samples=n_samples)
+    signatures, scores = test()
+    base_score, cell_score = scores["BLEU"]
+    return {"p": cell_score.p_value, "seeds": seeds, "pooled_delta": cell_score.score - base_score.score,
+            "signature": str(signatures["BLEU"])}
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment for comparing several cells with one base: adjusted p_(i) =
+    max over j <= i of min(1, (m - j + 1) p_(j)) in increasing order of p (None stays None)."""
+    given = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m, out, running = len(given), [None] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(given):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def seed_test(base: list[float], cell: list[float]) -> float | None:
+    """Welch's t-test of the per-seed scores (scipy): is the difference larger than the seed spread?"""
+    if len(base) < 2 or len(cell) < 2:
+        return None
+    return float(ttest_ind(cell, base, equal_var=False).pvalue)
+
+
+def ranking_agreement(early: list[float], late: list[float]) -> float | None:
+    """Kendall's tau (scipy) between the cells' order at two points of training: 1 = the same ranking."""
+    if len(early) < 2:
+        return None
+    return float(kendalltau(early, late).statistic)

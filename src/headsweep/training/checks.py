@@ -1,0 +1,95 @@
+"""Config checks that run before any data is read: one clear line for a value that cannot work."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from headsweep.model import Transformer, TransformerConfig, head_sizes
+from headsweep.training.schedules import SCHEDULES
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message says which key and what to do."""
+
+
+MIN_TIME_S = 60
+
+
+def default_run_name(cfg: DictConfig) -> str:
+    m = cfg.model
+    d_k, d_v = head_sizes(m.d_model, m.heads, m.d_k, m.d_v)
+    return f"h{m.heads}-dk{d_k}-dv{d_v}-s{cfg.seed}"
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Fail before any data is read if the model cannot be built from these settings."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no time
+            Transformer(TransformerConfig(**model))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"model config: {e}") from None
+    check_budget(cfg)
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """Devices and strategy this machine can run, before any data is read."""
+    t = cfg.trainer
+    devices = t.devices if isinstance(t.devices, int) else None
+    if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or install a "
+                          "CUDA build of torch on a machine with a GPU")
+    if t.accelerator == "cpu" and devices is not None:
+        cores = os.cpu_count() or 1
+        if devices > cores:
+            raise ConfigError(f"trainer.devices={devices} CPU processes on {cores} cores: use at most {cores}")
+        if devices > 1 and t.get("strategy", "auto") not in ("ddp", "ddp_spawn", "ddp_fork"):
+            raise ConfigError(f"trainer.devices={devices} on the CPU needs trainer.strategy=ddp (or trainer=ddp_cpu)")
+
+
+def torch_threads(cfg: DictConfig) -> int | None:
+    """`threads`, else cores / processes for CPU data parallelism (else torch's default)."""
+    if cfg.get("threads"):
+        return cfg.threads
+    t = cfg.trainer
+    if t.accelerator == "cpu" and isinstance(t.devices, int) and t.devices > 1:
+        return max((os.cpu_count() or 1) // t.devices, 1)
+    return None
+
+
+def max_time_seconds(max_time) -> float | None:
+    """trainer.max_time as seconds: "DD:HH:MM:SS" (Lightning's string form) or null."""
+    if max_time is None:
+        return None
+    try:
+        parts = [int(x) for x in str(max_time).split(":")]
+    except ValueError:
+        parts = []
+    if len(parts) != 4:
+        raise ConfigError(f"trainer.max_time={max_time!r}: write it as \"DD:HH:MM:SS\", e.g. \"00:00:25:00\"")
+    days, hours, minutes, seconds = parts
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def check_budget(cfg: DictConfig) -> None:
+    """The schedule must be able to finish inside the budget it is given."""
+    m, t = cfg.module, cfg.trainer
+    if m.warmup_steps < 1:
+        raise ConfigError(f"module.warmup_steps must be >= 1, got {m.warmup_steps}")
+    max_steps = t.max_steps if t.max_steps and t.max_steps > 0 else None
+    max_time = max_time_seconds(t.get("max_time"))
+    schedule = m.get("schedule", "linear")
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if schedule != "inverse_sqrt" and max_steps is None and max_time is None:
+        raise ConfigError(f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
+                          "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt")
+    if max_steps is not None and m.warmup_steps >= max_steps:
+        raise ConfigError(f"module.warmup_steps={m.warmup_steps} is not shorter than trainer.max_steps={max_steps}: "
+                          "training would end before the learning rate peaks; lower module.warmup_steps")
+    if max_time is not None and max_time < MIN_TIME_S:
+        raise ConfigError(f"trainer.max_time={t.max_time} is shorter than one validation (about {MIN_TIME_S} s "
+                          "with BLEU on 2 CPU cores): give it at least 00:00:01:00")

@@ -1,0 +1,229 @@
+"""`train(cfg) -> metrics`: data module, module, loggers and callbacks from the config, then fit (or
+resume), validate the final weights, test, write the run directory (results.json, hypotheses, the
+metrics CSV) with checkpoint averaging and the W&B summary. The entry point, headsweep.train, adds the
+steps on the finished run directory (head analysis, export)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import hydra
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from headsweep.training.averaging import average_at_end
+from headsweep.training.checks import ConfigError, check_config, check_devices, default_run_name, torch_threads
+from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
+                                       set_aside_metrics, wandb_run_id, wandb_unreachable)
+from headsweep.training.runs import RESULTS, is_complete, read_results, write_json, write_lines
+
+log = logging.getLogger("headsweep.train")
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train (or resume), test, and write results.json; returns the final metrics."""
+    start = time.time()
+    out_dir = prepare(cfg)
+    if is_complete(out_dir):  # never retrain (or overwrite) a finished run
+        print(f"{out_dir} is already complete ({RESULTS}); not training it again", flush=True)
+        return read_results(out_dir)["metrics"]
+    pl.seed_everything(cfg.seed, workers=True)
+    datamodule, module = build(cfg)
+    resume = find_resume(cfg, out_dir, module, datamodule)
+    loggers, wandb_info = make_loggers(cfg, out_dir)
+    callbacks = [hydra.utils.instantiate(c) for c in cfg.callbacks.values()]
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if wandb_info.get("fell_back"):
+        resolved["logger"]["wandb"]["mode"] = wandb_info["mode"]
+    for lg in loggers:
+        lg.log_hyperparams(resolved)  # the resolved config as a plain dict
+        lg.log_metrics({f"params/{k}": v for k, v in module.param_counts.items()}, step=0)
+
+    trainer = hydra.utils.instantiate(cfg.trainer, logger=loggers, callbacks=callbacks,
+                                      plugins=[SafeCheckpointIO()])
+    try:
+        metrics = fit_and_test(trainer, module, datamodule, resume, start)
+        if not trainer.is_global_zero:  # rank 0 alone writes the run's files
+            return metrics
+        for lg in loggers:
+            lg.save()
+        join_metrics(out_dir / "csv")
+        hyp_files = write_hypotheses(out_dir / "hypotheses", module.hypotheses, datamodule.tgt_lang)
+        checkpoint = next((cb for cb in callbacks if isinstance(cb, pl.callbacks.ModelCheckpoint)), None)
+        averaged = None
+        if cfg.get("average_last", 0) > 1 and checkpoint is not None:  # the paper averages the last 5
+            averaged, avg_metrics = average_at_end(module, datamodule, Path(checkpoint.dirpath),
+                                                   cfg.average_last, resolved["trainer"]["precision"])
+            metrics.update(avg_metrics)
+            for lg in loggers:
+                lg.log_metrics(avg_metrics, step=trainer.global_step)
+                lg.save()  # the trainer has already flushed its loggers for the last time
+        results = results_record(cfg, resolved, module, datamodule, metrics, averaged, hyp_files, checkpoint,
+                                 resume[1] if resume else None, wandb_info)
+        write_json(out_dir / RESULTS, results)
+        wandb_summary(loggers, module, metrics, module.scores.get(f"{cfg.data.test_split}.beam", {}))
+    finally:
+        import wandb
+
+        wandb.finish()  # every job of a multirun gets its own W&B run
+    print_summary(results)
+    return metrics
+
+
+def prepare(cfg: DictConfig) -> Path:
+    """Checks (before any data is read), torch threads, the run directory."""
+    if cfg.run_name is None:
+        cfg.run_name = default_run_name(cfg)
+    check_config(cfg)
+    check_devices(cfg)
+    if threads := torch_threads(cfg):
+        torch.set_num_threads(threads)
+    out_dir = Path(cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def build(cfg: DictConfig):
+    """The data module (set up: the data validated and the vocabulary built before anything trains) and
+    the LightningModule sized by its vocabulary."""
+    datamodule = hydra.utils.instantiate(cfg.data)
+    datamodule.setup("fit")
+    module = hydra.utils.instantiate(
+        cfg.module, model=OmegaConf.to_container(cfg.model, resolve=True), vocab_size=datamodule.vocab_size_actual,
+        tokenizer_json=datamodule.tokenizer_json,
+        pad_id=datamodule.pad_id, bos_id=datamodule.bos_id, eos_id=datamodule.eos_id,
+        _convert_="all",
+    )
+    return datamodule, module
+
+
+def find_resume(cfg: DictConfig, out_dir: Path, module, datamodule) -> tuple[Path, int] | None:
+    """The checkpoint an interrupted run in this directory continues from (headsweep.training.resume)."""
+    try:
+        resume = resume_checkpoint(out_dir, module.hparams.model, datamodule.tokenizer_json)
+    except ResumeError as e:
+        raise ConfigError(str(e)) from None
+    if resume:
+        log.info("resuming %s from step %d (%s)", cfg.run_name, resume[1], resume[0])
+        print(f"resuming {cfg.run_name} from step {resume[1]} ({resume[0]})", flush=True)
+        set_aside_metrics(out_dir / "csv", resume[1])
+    return resume
+
+
+def fit_and_test(trainer: pl.Trainer, module, datamodule, resume, start: float) -> dict:
+    """Fit, validate the final weights if the last validation scored earlier ones, test; the metrics."""
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume[0] if resume else None)
+    timer = next((cb for cb in trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
+    train_seconds = timer.time_elapsed("train") if timer else time.time() - start
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate()/test() reset them
+    if module.val_bleu_step != trainer.global_step:
+        # Training stopped mid-epoch (max_steps / max_time) or between BLEU epochs: score the final
+        # weights, so val/* (the sweeps' metric) describe the same model as test/*.
+        trainer.validate(module, datamodule=datamodule, verbose=False)
+        metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    metrics.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    metrics["train/tgt_tokens_per_s"] = module.train_tokens / max(module.train_seconds, 1e-9)
+    metrics["train/steps"] = trainer.global_step
+    metrics["train/seconds"] = train_seconds
+    metrics["wall_seconds"] = time.time() - start
+    return metrics
+
+
+def write_hypotheses(hyp_dir: Path, hypotheses: dict[str, list[str]], lang: str) -> dict[str, str]:
+    return {name: str(write_lines(hyp_dir / f"{name}.{lang}", hyps)) for name, hyps in hypotheses.items()}
+
+
+def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics: dict, averaged, hyp_files: dict,
+                   checkpoint, resumed_from: int | None, wandb_info: dict) -> dict:
+    """Everything results.json says about a finished run (the report and the analysis read only this and
+    the files it names)."""
+    return {
+        "status": "complete",
+        "run_name": cfg.run_name,
+        "sweep": cfg.sweep,
+        "config": resolved,
+        "params": module.param_counts,
+        "metrics": metrics,
+        "scores": module.scores,  # per split and decoder: BLEU, chrF and their signatures
+        "averaged": averaged,  # the same scores of the averaged last checkpoints (average_last)
+        "hypotheses": hyp_files,
+        "references": {cfg.data.test_split: datamodule.split_path(cfg.data.test_split)},
+        "checkpoints": {
+            "last": checkpoint.last_model_path if checkpoint else None,
+            "kept": sorted(checkpoint.best_k_models) if checkpoint else [],
+        },
+        "tokenizer": datamodule.tokenizer_path,
+        "output_dir": str(cfg.paths.output_dir),
+        "threads": torch.get_num_threads(),
+        "resumed_from_step": resumed_from,
+        "wandb": wandb_info,
+    }
+
+
+def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
+    """The configured loggers. W&B keeps one run id per run directory (a resumed run continues it), and
+    online logging that cannot work from here falls back to offline with one line, never stopping training."""
+    loggers, info = [], {}
+    for name, c in cfg.logger.items():
+        if c._target_ != "pytorch_lightning.loggers.WandbLogger":
+            loggers.append(hydra.utils.instantiate(c))
+            continue
+        requested = c.get("mode") or "online"
+        info = {"requested": requested, "mode": requested, "run_id": None}
+        if requested == "disabled":
+            loggers.append(hydra.utils.instantiate(c))
+            continue
+        info["run_id"] = wandb_run_id(out_dir)
+        if requested == "online" and (reason := wandb_unreachable()):
+            fall_back(info, reason, out_dir)
+        logger = hydra.utils.instantiate(c, mode=info["mode"], id=info["run_id"], resume="allow")
+        if info["mode"] == "online":
+            try:
+                logger.experiment  # starts the run: W&B errors show here, not mid-training
+            except Exception as e:  # noqa: BLE001 - whatever W&B raises, training goes on offline
+                import wandb
+
+                wandb.finish()
+                fall_back(info, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", out_dir)
+                logger = hydra.utils.instantiate(c, mode="offline", id=info["run_id"], resume="allow")
+        loggers.append(logger)
+    return loggers, info
+
+
+def fall_back(info: dict, reason: str, out_dir: Path) -> None:
+    info.update(mode="offline", fell_back=reason)
+    log.warning("W&B online logging unavailable (%s): logging offline instead; upload later with "
+                "`wandb sync %s`", reason, out_dir / "wandb")
+
+
+def wandb_summary(loggers: list, module, metrics: dict, test_scores: dict) -> None:
+    for lg in loggers:
+        if isinstance(lg, pl.loggers.WandbLogger):
+            summary = lg.experiment.summary
+            summary.update({f"params/{k}": v for k, v in module.param_counts.items()})
+            summary.update(dict(metrics))
+            summary["bleu_signature"] = test_scores.get("bleu_signature")
+
+
+def print_summary(results: dict) -> None:
+    m, p = results["metrics"], results["params"]
+    split = results["config"]["data"]["test_split"]
+    beam = results["config"]["module"]["test_beam_size"]
+    lines = [
+        "",
+        f"run {results['run_name']} finished in {m['wall_seconds'] / 60:.1f} min "
+        f"({m['train/steps']} steps, {m['train/tgt_tokens_per_s']:.0f} target tokens/s)",
+        f"  {split}: BLEU {m.get('test/bleu', float('nan')):.2f} (beam {beam}), "
+        f"greedy {m.get('test/bleu_greedy', float('nan')):.2f}, chrF {m.get('test/chrf', float('nan')):.2f}, "
+        f"ppl {m.get('test/ppl', float('nan')):.2f}",
+        f"  val: BLEU {m.get('val/bleu', float('nan')):.2f} (greedy), ppl {m.get('val/ppl', float('nan')):.2f}",
+        f"  params: {p['total']:,} total, {p['embeddings']:,} embeddings, {p['attention']:,} attention "
+        f"(enc self {p['attn_enc_self']:,}, dec self {p['attn_dec_self']:,}, cross {p['attn_cross']:,}), "
+        f"{p['ffn']:,} feed-forward",
+        f"  outputs: {results['output_dir']}  (results.json, hypotheses/, checkpoints/, wandb/)",
+    ]
+    print("\n".join(lines), flush=True)
