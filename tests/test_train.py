@@ -148,7 +148,7 @@ def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
     (["trainer.max_time='00:00:00:30'"], "trainer.max_time=00:00:00:30 is shorter than one validation"),
     (["trainer.max_time=25min"], "write it as \"DD:HH:MM:SS\""),
     (["trainer.max_steps=-1", "trainer.max_time=null"], "module.schedule=linear decays to zero at the end of the budget"),
-    (["module.schedule=step"], "module.schedule must be one of linear, cosine, inverse_sqrt"),
+    (["module.schedule=step"], "module.schedule must be one of linear, cosine, wsd, inverse_sqrt"),
 ])
 def test_budget_that_cannot_fit_fails_before_data(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
