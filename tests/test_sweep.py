@@ -383,3 +383,28 @@ def test_local_jobs_are_the_wandb_grid(path, tmp_path):
         ours.add(tuple(sorted((k, v if v.startswith("{") else yaml.safe_load(v)) for k, v in given.items())))
     assert ours == grid and len(sweep.jobs) == len(grid)
     assert len(S.plan(path.stem, seeds=1, root=tmp_path).jobs) == len(grid) // 3  # SEEDS=1 overrides
+
+
+def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkeypatch, capsys):
+    """Table 3's base row is one experiment in rows A and B: h8 of table3_a (d_k = d_v = d_model/h = 32
+    by default) is table3_b's base (d_k = d_v = 32 set), seed for seed."""
+    results = tmp_path / "results"
+    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    finished_export(a, a.jobs[0])
+    (a.jobs[0].export / "metrics.csv").write_text("step,val/bleu\n1150,30.0\n")
+    finished_export(a, a.jobs[1])  # h1: like no job of table3_b
+    b = S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1)
+    assert [j.same_as for j in b.jobs] == [a.jobs[0].export, None, None, None, None, None]  # seed 2: not run
+    other_steps = S.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
+    assert other_steps.jobs[0].same_as is None
+    assert S.run(b, dry=True) == 0
+    dry = capsys.readouterr().out
+    assert f"copy    {b.jobs[0].name}" in dry and f"+sweep_job={b.jobs[1].name}," in dry
+    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    S.run(b)
+    copied = json.loads((b.jobs[0].export / "results.json").read_text())
+    assert copied["status"] == "complete" and copied["config"]["sweep"] == "table3_b"
+    assert "row-B" in copied["config"]["tags"] and "base" in copied["config"]["tags"]
+    assert copied["shared_from"]["run"] == f"table3_a/{a.jobs[0].name}" and copied["shared_from"]["sweep"] == "table3_a"
+    assert (b.jobs[0].export / "metrics.csv").read_text() == "step,val/bleu\n1150,30.0\n"
+    assert not any(j.same_as for j in S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1).jobs)

@@ -48,7 +48,7 @@ from headsweep.config import CONF_DIR, SWEEPS_DIR, compose
 from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
 from headsweep.training.checks import ConfigError, check_config
-from headsweep.training.runs import RESULTS, export_run, is_complete, read_results
+from headsweep.training.runs import RESULTS, copy_run, export_run, is_complete, read_results
 JOB_GROUP = "sweep_job"
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
 # overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
@@ -70,6 +70,7 @@ class Job:
     dir: Path
     base: bool = False
     export: Path | None = None  # results/<sweep>/<run name>: where the finished job's outputs go
+    same_as: Path | None = None  # a finished run of another sweep with this job's settings and seed
 
     @property
     def done(self) -> bool:
@@ -170,6 +171,8 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
                 dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
             )
             check_export(job, flat)
+            if results is not None and not job.done:
+                job.same_as = identical_run(job, flat, results.resolve())
             sweep.jobs.append(job)
     return sweep
 
@@ -184,22 +187,40 @@ def experiment_settings(flat: dict) -> dict:
             and not k.startswith("module.model.")}
 
 
-def check_export(job: Job, flat: dict) -> None:
-    """A finished job in results/ must be this job: same settings, so a rerun never mixes two configs."""
-    if job.export is None or not is_complete(job.export):
-        return
-    saved = read_results(job.export)
-    theirs = experiment_settings(flatten_config(OmegaConf.create(saved["config"])))
+def settings_diff(saved_config: dict, flat: dict, seed: int) -> tuple[list[str], dict, dict]:
+    """The experiment settings (and seed) in which a saved run's config differs from a job's."""
+    theirs = experiment_settings(flatten_config(OmegaConf.create(saved_config)))
     ours = experiment_settings(flat)
     ours.setdefault("trainer.precision", theirs.get("trainer.precision"))
     diff = [k for k in sorted(ours.keys() | theirs.keys())
             if repr(ours.get(k)) != repr(theirs.get(k)) and not _unresolved(ours.get(k))]
-    if saved["config"].get("seed") != job.seed:
+    if saved_config.get("seed") != seed:
         diff.insert(0, "seed")
+    return diff, theirs, ours
+
+
+def check_export(job: Job, flat: dict) -> None:
+    """A finished job in results/ must be this job: same settings, so a rerun never mixes two configs."""
+    if job.export is None or not is_complete(job.export):
+        return
+    diff, theirs, ours = settings_diff(read_results(job.export)["config"], flat, job.seed)
     if diff:
         k = diff[0]
         raise SweepError(f"{job.export} holds a run with other settings than job {job.name} ({len(diff)} differ, e.g. "
                          f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); move it away or pass --results DIR")
+
+
+def identical_run(job: Job, flat: dict, results_root: Path) -> Path | None:
+    """A finished job of another sweep that is this job (same settings, same seed), e.g. Table 3's base
+    row, which rows A and B share: it is copied instead of trained again."""
+    for path in sorted(results_root.glob(f"*/*/{RESULTS}")):
+        run_dir = path.parent
+        if run_dir.parent == job.export.parent or run_dir.name.startswith(".") or not is_complete(run_dir):
+            continue
+        saved = read_results(run_dir)
+        if saved.get("shared_from") is None and not settings_diff(saved["config"], flat, job.seed)[0]:
+            return run_dir
+    return None
 
 
 def _unresolved(value) -> bool:
@@ -303,19 +324,30 @@ def export_finished(sweep: Sweep, out) -> None:
             print(f"  {j.name}: exported to {j.export}", file=out)
 
 
+def share_identical(sweep: Sweep, out) -> None:
+    """Jobs that another sweep already ran (Job.same_as) are copied to results/, tagged as this sweep's."""
+    for j in sweep.jobs:
+        if j.same_as is not None and not j.done:
+            copy_run(j.same_as, j.export, sweep=sweep.name, tags=j.tags)
+            print(f"  {j.name}: the same experiment as {j.same_as}: copied, not trained again", file=out)
+
+
 def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     """Run the jobs not yet complete; print the summary. 0 when every job is complete at the end."""
     out = out or sys.stdout
     if not dry:
         export_finished(sweep, out)
+        share_identical(sweep, out)
     done = {j.name for j in sweep.jobs if j.done}
-    todo = [j for j in sweep.jobs if j.name not in done]
+    todo = [j for j in sweep.jobs if j.name not in done and not (dry and j.same_as)]
     print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run; "
           f"every job: {' '.join(sweep.common)}", file=out)
     if dry:
         width = max(len(j.name) for j in sweep.jobs)
         for j in sweep.jobs:
-            print(f"  {'done  ' if j.name in done else 'to run'}  {j.name:<{width}}  {' '.join(j.overrides)}", file=out)
+            state = "done  " if j.name in done else "copy  " if j.same_as else "to run"
+            print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
+                  + (f"  (= {j.same_as})" if j.same_as and j.name not in done else ""), file=out)
         if todo:
             print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
         return 0

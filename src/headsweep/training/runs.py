@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import pickle
 import shutil
 import time
@@ -155,6 +156,29 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
             shutil.copy2(src, tmp / dst_name)
     exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_json(tmp / RESULTS, exported)
+    return _publish(tmp, dest)
+
+
+def copy_run(src: str | Path, dest: str | Path, sweep: str, tags: list[str]) -> Path:
+    """An exported run of one sweep as a run of another (the same experiment, e.g. Table 3's base row in
+    rows A and B): its files as they are, its results.json with the new sweep and tags; where it came
+    from, and its own sweep and tags, under `shared_from`."""
+    src, dest = Path(src), Path(dest)
+    results = read_results(src)
+    if not results or results.get("status") != "complete":
+        raise RunError(f"{src} has no complete {RESULTS}: nothing to copy")
+    tmp = dest.parent / f".{dest.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(RESULTS, ".*"))
+    config = results["config"]
+    shared = {"run": os.path.relpath(src, dest.parent.parent), "sweep": config.get("sweep"), "tags": config.get("tags")}
+    write_json(tmp / RESULTS, {**results, "config": {**config, "sweep": sweep, "tags": list(tags)},
+                               "shared_from": shared})
+    return _publish(tmp, dest)
+
+
+def _publish(tmp: Path, dest: Path) -> Path:
+    """Put a fully written directory in place by renames: `dest` is always either the old or the new one."""
     if dest.exists():
         old = dest.parent / f".{dest.name}.old"
         shutil.rmtree(old, ignore_errors=True)
