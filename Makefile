@@ -16,6 +16,8 @@ SEEDS ?=
 BUDGET ?=
 DRY ?=
 LAUNCHER ?=
+LAMBDAS ?=
+STEPS ?=
 JOBS ?=
 RESULTS ?= results
 CKPT ?=
@@ -25,7 +27,7 @@ ALPHA ?=
 AVG ?=
 RESUME ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze clean
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze prune clean
 
 help:  ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +73,10 @@ report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make r
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
+
+prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's: make prune CKPT=<run> [LAMBDAS="0.01 0.1" STEPS=300]
+	$(PY) -m headsweep.analysis.prune --ckpt "$(CKPT)" $(if $(LAMBDAS),--lambdas $(LAMBDAS)) $(if $(STEPS),--steps $(STEPS)) \
+		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
 clean:  ## Remove run outputs and caches (keeps .venv)
 	rm -rf outputs multirun wandb lightning_logs .cache reports .pytest_cache .hypothesis

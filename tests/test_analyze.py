@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from headsweep.analysis import analyze as A
+from headsweep.analysis.ablation import MAX_LEN_FACTOR
 from headsweep.model.attention import MultiHeadAttention
 from headsweep.analysis.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
                                   pruning_order, sentence_losses)
@@ -210,7 +211,7 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     a = json.loads((out / "analysis.json").read_text())
     files = [out / f for f in a["files"].values()]
     files += [out / f for m in a["attention_maps"] for f in m["files"].values()]
-    assert len(a["attention_maps"]) == 2 and len(files) == 6 + 2 * 3
+    assert len(a["attention_maps"]) == 2 and len(files) == 7 + 2 * 3
     assert all(p.is_file() and p.stat().st_size > 0 for p in files), [p for p in files if not p.is_file()]
     assert list((tiny_run / "wandb").glob("offline-run-*")), "no W&B offline run"  # training logged none
     n_heads = 3 * 1 * 2  # kinds x layers x heads of model=tiny (1 layer) with heads=2
@@ -223,6 +224,11 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     assert sorted(r["kind"] for r in a["kinds"]) == sorted(ATTENTION_KINDS) and drops == sorted(drops, reverse=True)
     assert drops[0] == a["full"]["bleu"] - a["pruning"]["pools"][a["kinds"][0]["kind"]]["importance"]["bleu"][1]
     assert "normalised by" in capsys.readouterr().out or "l2" in (out / "analysis.md").read_text()
+    # one row per (kind, layer) with role shares summing to 1; a JS matrix per kind over its 2 heads
+    assert [(r["kind"], r["layer"]) for r in a["layer_roles"]] == [(k, 0) for k in ATTENTION_KINDS]
+    assert all(abs(r["positional"] + r["rare"] + r["none"] - 1) < 1e-9 for r in a["layer_roles"])
+    assert all(len(k["js_bits"]) == 2 and k["js_bits"][0][0] == 0 for k in a["redundancy"]["kinds"].values())
+    assert "2 x its longest source" in a["settings"]["decoding"]
 
 
 @needs_data
@@ -237,7 +243,7 @@ def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     batches = make_batches(dm.encode(src), dm.encode(refs), dm.eval_max_tokens)
     plain: list = [None] * len(src)
     for b in batches:
-        for i, hyp in zip(b["index"].tolist(), module.translate(b["src"])):
+        for i, hyp in zip(b["index"].tolist(), module.translate(b["src"], max_len_factor=MAX_LEN_FACTOR)):
             plain[i] = hyp
     assert A.Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
 
@@ -262,3 +268,63 @@ def test_analysis_config_keys_are_analyze_arguments():
     keywords = set(inspect.signature(A.analyze).parameters) - {"ckpt", "out_dir", "wandb_mode"}
     assert set(cfg.analysis) == keywords
     assert "analysis" not in compose([])  # off by default
+
+
+def test_pairwise_js_matches_scipy_and_clusters_twins():
+    """JS in bits against scipy's jensenshannon (which returns its square root); two copies of a head
+    form the one near-duplicate group."""
+    from scipy.spatial.distance import jensenshannon
+
+    from headsweep.analysis.redundancy import cluster, nearest_twin, pairwise_js
+
+    torch.manual_seed(0)
+    w = torch.randn(2, 3, 4, 5).softmax(-1)
+    w[:, 2] = w[:, 0]  # head 2 is head 0's twin
+    valid = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    got = pairwise_js(w, valid) / valid.sum()
+    for i in range(3):
+        for j in range(3):
+            ref = [jensenshannon(w[b, i, q].double().numpy(), w[b, j, q].double().numpy(), base=2) ** 2
+                   for b in range(2) for q in range(4) if valid[b, q]]
+            assert float(got[i, j]) == pytest.approx(sum(ref) / len(ref), abs=1e-5)
+    order, groups = cluster(got, threshold=0.01)
+    assert groups == [[0, 2]] and sorted(order) == [0, 1, 2]
+    assert nearest_twin(got.clone())[[0, 2]].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+def test_analysis_decoding_stops_at_twice_the_source():
+    from headsweep.model.decoding import max_output_length
+
+    src = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])  # lengths 3 and 5, pad 0
+    assert max_output_length(src, 0, extra=50, limit=500) == 55
+    assert max_output_length(src, 0, extra=50, limit=500, factor=2.0) == 10
+    assert max_output_length(src, 0, extra=4, limit=500, factor=2.0) == 9  # the paper's limit still applies
+
+
+@needs_data
+def test_prune_with_concrete_gates_beside_michel(tiny_run, capsys):
+    """A large lambda closes gates (fewer heads kept than without the penalty); Michel's side removes as
+    many heads per kind; the fine-tunes log the open gates per layer at every step."""
+    import csv
+
+    from headsweep.analysis import prune as P
+
+    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "2",
+                   "--split", "val"]) == 0
+    record = json.loads((tiny_run / "prune" / "prune.json").read_text())
+    none, strong = record["rows"]
+    assert none["heads_kept"] == record["heads"] == 6 and strong["heads_kept"] < 6
+    for row in record["rows"]:
+        assert {k: len(v) for k, v in row["michel_kept"].items()} == row["kept_per_kind"]
+    assert none["michel"]["bleu"] == record["full"]["bleu"]  # nothing removed: the original model
+    rows = list(csv.DictReader(open(tiny_run / "prune" / "l0-20" / "csv" / "metrics.csv")))
+    opened = [float(r["gates/enc_self.0"]) for r in rows if r.get("gates/enc_self.0")]
+    assert len(opened) >= 10 and opened[0] == 2 and opened[-1] < 2
+    assert (tiny_run / "prune" / "prune.png").stat().st_size > 0 and "lambda" in capsys.readouterr().out
+    # bad input: one line each
+    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "-1"]) == 2
+    assert "--lambdas must be one or more values >= 0" in capsys.readouterr().err
+    assert P.main(["--ckpt", str(tiny_run / "prune" / "l0-20")]) == 2
+    assert "already has concrete gates" in capsys.readouterr().err
+    assert P.main(["--ckpt", str(tiny_run), "--split", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err

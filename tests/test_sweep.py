@@ -104,15 +104,16 @@ def test_grid_times_seeds(tmp_path):
     assert [j.cell for j in c.jobs][:2] == ["h8-dk32-dv32-N3-dm256-ff1024", "h8-dk32-dv32-N1-dm256-ff1024"]
 
 
-def test_paper_scale_is_one_option_away(capsys):
-    assert S.main(["--sweep", "table3_a", "--scale", "paper", "--dry"]) == 0
+def test_paper_scale_is_one_option_away(capsys, tmp_path):
+    assert S.main(["--sweep", "table3_a", "--scale", "paper", "--dry", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "table3_a_paper.yaml" in out and "model=paper_base trainer=gpu" in out
     assert "h1-dk512-dv512-s1" in out and "h2-" not in out  # the paper's row A: d_k = 512 / h
 
 
 def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, capsys, no_launch):
-    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--dry", "--jobs", "1", "hydra.launcher.n_jobs=2"]
+    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--results", str(tmp_path / "results"), "--dry", "--jobs", "1",
+            "hydra.launcher.n_jobs=2"]
     assert S.main([*args, "--launcher", "joblib"]) == 0
     assert "hydra/launcher=joblib" in capsys.readouterr().out
     assert S.main(args) == 2  # the basic launcher has no n_jobs
@@ -172,7 +173,8 @@ def fake_results(run_dir: Path, status: str = "complete") -> None:
 
 def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_launch):
     fake_results(tmp_path / "table3_a" / "h1-dk256-dv256-s1")
-    assert S.main(["--sweep", "table3_a", "--dry", "--seeds", "1", "--root", str(tmp_path)]) == 0
+    assert S.main(["--sweep", "table3_a", "--dry", "--seeds", "1", "--root", str(tmp_path),
+                   "--results", str(tmp_path / "results")]) == 0
     lines = capsys.readouterr().out.splitlines()
     jobs = [line.split() for line in lines if line.startswith("  ")]
     assert len(jobs) == 6
@@ -397,6 +399,8 @@ def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkey
     assert [j.same_as for j in b.jobs] == [a.jobs[0].export, None, None, None, None, None]  # seed 2: not run
     other_steps = S.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
     assert other_steps.jobs[0].same_as is None
+    # heads_specialise's h8, head dropout 0 trains the same model but is analysed after training: not a copy
+    assert S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].same_as is None
     assert S.run(b, dry=True) == 0
     dry = capsys.readouterr().out
     assert f"copy    {b.jobs[0].name}" in dry and f"+sweep_job={b.jobs[1].name}," in dry
@@ -408,3 +412,15 @@ def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkey
     assert copied["shared_from"]["run"] == f"table3_a/{a.jobs[0].name}" and copied["shared_from"]["sweep"] == "table3_a"
     assert (b.jobs[0].export / "metrics.csv").read_text() == "step,val/bleu\n1150,30.0\n"
     assert not any(j.same_as for j in S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1).jobs)
+
+
+def test_shipped_reference_results_match_their_sweeps(tmp_path):
+    """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep> BUDGET=ablation` plans (the
+    same settings and seed), so resuming the reference sweeps never mixes configs."""
+    shipped = Path(__file__).resolve().parents[1] / "results"
+    sweeps = sorted(d.name for d in shipped.iterdir() if (S.SWEEPS_DIR / f"{d.name}.yaml").is_file()) \
+        if shipped.is_dir() else []
+    for name in sweeps:
+        plan = S.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped)
+        names = {j.name for j in plan.jobs}
+        assert {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")} <= names

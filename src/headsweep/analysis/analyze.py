@@ -10,8 +10,11 @@ For one trained model, over one split (val by default):
 - pruning     heads removed in order of increasing importance, `step` of the pool at a time, within each
               attention kind and over all heads together; random orders as the baseline; the largest
               fraction removed before BLEU first drops more than `tolerance` below the full model.
-- roles       confidence, positional and rare-word shares and entropy per head (headsweep.roles), a
-              dominant role at the given thresholds, and importance against confidence.
+- roles       confidence, positional and rare-word shares, entropy and attention distance per head
+              (headsweep.analysis.roles), a dominant role at the given thresholds, importance against
+              confidence, and per layer the share of heads with each role, mean entropy and distance.
+- redundancy  Jensen-Shannon divergence between every two heads of a kind on the decoded sentences
+              (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs BLEU lost.
 - maps        attention heat maps (layers x heads per kind) of chosen sentences.
 
 Importance and roles use every sentence of the split (one forward and backward pass). Every ablation
@@ -36,23 +39,25 @@ from pathlib import Path
 
 import torch
 
-from headsweep.analysis.ablation import POOLS, Evaluator, kind_sensitivity, plan_pruning, prunable_fraction
+from headsweep.analysis.ablation import DECODING, POOLS, Evaluator, kind_sensitivity, plan_pruning, prunable_fraction
 from headsweep.analysis.importance import (KIND_NAMES, NORMALISATION, AnalysisError, all_heads, fractions,
                                            head_importance, normalise_per_layer, pruned_at)
 from headsweep.analysis.maps import resolve_sentences, sentence_weights
 from headsweep.analysis.markdown import markdown, summary
-from headsweep.analysis.plots import plot_attention, plot_importance_vs_confidence, plot_layer_head_maps, plot_pruning
-from headsweep.analysis.roles import METRICS, collect_roles, role_label, source_frequencies
+from headsweep.analysis.plots import (plot_attention, plot_importance_vs_confidence, plot_layer_head_maps, plot_pruning,
+                                      plot_redundancy)
+from headsweep.analysis.redundancy import collect_js, redundancy
+from headsweep.analysis.roles import METRICS, collect_roles, layer_roles, role_label, source_frequencies
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
 from headsweep.training.runs import RunError, load_run
 
 log = logging.getLogger("headsweep.analyze")
 
-FILES = {"markdown": "analysis.md", "json": "analysis.json", "importance": "importance.png",
+FILES = {"markdown": "analysis.md", "json": "analysis.json", "importance": "importance.png", "redundancy": "redundancy.png",
          "ablation": "ablation.png", "pruning": "pruning.png", "importance_vs_confidence": "importance_vs_confidence.png"}
 DEFAULTS = dict(split="val", max_sentences=300, random_orders=3, step=0.1, sentences=("0",),
-                pos_threshold=0.9, rare_threshold=0.5, tolerance=1.0, seed=0)
+                pos_threshold=0.9, rare_threshold=0.5, tolerance=1.0, seed=0, redundancy_threshold=0.2)
 
 
 def analyze(
@@ -67,11 +72,12 @@ def analyze(
     rare_threshold: float = DEFAULTS["rare_threshold"],
     tolerance: float = DEFAULTS["tolerance"],
     seed: int = DEFAULTS["seed"],
+    redundancy_threshold: float = DEFAULTS["redundancy_threshold"],
     out_dir: str | Path | None = None,
     wandb_mode: str | None = None,
 ) -> tuple[dict, Path]:
     """Run every part of the analysis; returns (analysis dict as in analysis.json, output directory)."""
-    check_arguments(step, random_orders, max_sentences, pos_threshold, rare_threshold)
+    check_arguments(step, random_orders, max_sentences, pos_threshold, rare_threshold, redundancy_threshold)
     t_start = time.perf_counter()
     run = load_run(ckpt)
     ckpt, run_dir, results, module, datamodule = run.checkpoint, run.dir, run.results, run.module, run.datamodule
@@ -110,15 +116,21 @@ def analyze(
     log.info("roles: attention statistics over %d sentences", len(src_texts))
     acc = collect_roles(net, all_batches, pad, source_frequencies(datamodule))
     role_rows = role_table(acc, norm, raw, single, pos_threshold, rare_threshold)
+    log.info("redundancy: Jensen-Shannon divergence between heads over %d sentences", n_dec)
+    js = collect_js(net, make_batches(src_ids[:n_dec], ref_ids[:n_dec], datamodule.max_tokens), pad)
+    similar = redundancy(js, net.cfg.heads, single, redundancy_threshold)
     files = dict(FILES)
     write_plots(out, files, norm, single, pruning, grid, full, tolerance, role_rows)
+    plot_redundancy(similar, out / files["redundancy"])
     maps = attention_maps(module, datamodule, map_specs, out)
     settings = {"max_sentences": max_sentences, "sentences_decoded": n_dec, "sentences_importance": len(src_texts),
                 "random_orders": random_orders, "step": step, "pos_threshold": pos_threshold,
                 "rare_threshold": rare_threshold, "tolerance": tolerance, "seed": seed,
-                "loss": "teacher-forced NLL per target token, no label smoothing"}
+                "redundancy_threshold": redundancy_threshold,
+                "loss": "teacher-forced NLL per target token, no label smoothing", "decoding": DECODING}
     analysis = analysis_record(run, split, settings, full, raw, norm, single, best_only, grid, pruning, role_rows,
                                maps, files, evaluate)
+    analysis.update(layer_roles=layer_roles(role_rows), redundancy=similar)
     analysis["cost"]["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / files["markdown"]).write_text(markdown(analysis))
     (out / files["json"]).write_text(json.dumps(analysis, indent=1))
@@ -170,12 +182,13 @@ def analysis_record(run, split: str, settings: dict, full: dict, raw: dict, norm
 
 
 def check_arguments(step: float, random_orders: int, max_sentences: int, pos_threshold: float,
-                    rare_threshold: float) -> None:
+                    rare_threshold: float, redundancy_threshold: float = DEFAULTS["redundancy_threshold"]) -> None:
     if not 0 < step <= 1:
         raise AnalysisError(f"--step must be in (0, 1], got {step}")
     if random_orders < 0 or max_sentences < 0:
         raise AnalysisError("--random-orders and --max-sentences must be >= 0")
-    for name, t in (("--pos-threshold", pos_threshold), ("--rare-threshold", rare_threshold)):
+    for name, t in (("--pos-threshold", pos_threshold), ("--rare-threshold", rare_threshold),
+                    ("--redundancy-threshold", redundancy_threshold)):
         if not 0 <= t <= 1:
             raise AnalysisError(f"{name} must be in [0, 1], got {t}")
 
@@ -353,6 +366,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tolerance", type=float, default=DEFAULTS["tolerance"],
                    help="BLEU points below the full model still counted as prunable")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seed of the random pruning orders")
+    p.add_argument("--redundancy-threshold", type=float, default=DEFAULTS["redundancy_threshold"],
+                   help="heads whose attention averages at most this Jensen-Shannon divergence (bits) apart are "
+                        "named near-duplicates")
     p.add_argument("--out", default=None, help="output directory (default: <run dir>/analysis)")
     p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"), default=None,
                    help="W&B mode (default: $WANDB_MODE, else offline)")
@@ -366,7 +382,8 @@ def main(argv: list[str] | None = None) -> None:
         analysis, out = analyze(
             args.ckpt, split=args.split, max_sentences=args.max_sentences, random_orders=args.random_orders,
             step=args.step, sentences=args.sentences, pos_threshold=args.pos_threshold,
-            rare_threshold=args.rare_threshold, tolerance=args.tolerance, seed=args.seed, out_dir=args.out,
+            rare_threshold=args.rare_threshold, tolerance=args.tolerance, seed=args.seed,
+            redundancy_threshold=args.redundancy_threshold, out_dir=args.out,
             wandb_mode=args.wandb_mode,
         )
     except (RunError, DataError, AnalysisError) as e:

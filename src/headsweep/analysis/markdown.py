@@ -23,7 +23,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 def markdown(a: dict) -> str:
     """analysis.md: every part of the analysis, in words, tables and the plots' file names."""
-    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _maps_md)
+    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _layers_md, _redundancy_md, _maps_md)
     return "\n".join(line for part in parts for line in part(a))
 
 
@@ -38,7 +38,8 @@ def _importance_md(a: dict) -> list[str]:
         f"# Do heads specialise? `{a['run_name']}`", "",
         f"Checkpoint `{a['checkpoint']}`, split `{a['split']}`. Model: {n_layers} + {n_layers} layers, "
         f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.", "",
-        f"Full model on the first {s['sentences_decoded']} sentences (greedy): **BLEU {full['bleu']:.2f}**, "
+        f"Full model on the first {s['sentences_decoded']} sentences ({s.get('decoding', 'greedy')}): "
+        f"**BLEU {full['bleu']:.2f}**, "
         f"chrF {full['chrf']:.2f}, loss {full['loss']:.3f} ({s['loss']}). Every ablation below decodes these "
         f"same sentences; importance and roles use all {s['sentences_importance']} sentences of the split. "
         f"Cost: {a['cost']['decodes']} decodes, {a['cost']['seconds_per_decode']} s each, "
@@ -144,6 +145,56 @@ def _roles_md(a: dict) -> list[str]:
     return lines
 
 
+def locality_words(layers: list[dict]) -> list[str]:
+    """"Early layers local, later ones longer-range": attention distance from the first to the last layer."""
+    words = []
+    for kind in ("enc_self", "dec_self"):
+        rows = [r for r in layers if r["kind"] == kind and r["distance"] is not None]
+        if len(rows) < 2:
+            continue
+        first, last = rows[0]["distance"], rows[-1]["distance"]
+        trend = "grows" if last > first * 1.1 else "shrinks" if last < first / 1.1 else "stays about the same"
+        words.append(f"{KIND_NAMES[kind]}: mean attention distance {trend} from layer 0 to layer {rows[-1]['layer']} "
+                     f"({first:.2f} → {last:.2f} tokens; entropy {rows[0]['entropy']:.2f} → {rows[-1]['entropy']:.2f} nats)")
+    return words
+
+
+def _layers_md(a: dict) -> list[str]:
+    """Per layer: the share of heads with each role, mean entropy and distance."""
+    layers = a.get("layer_roles")
+    if not layers:
+        return []
+    lines = ["## Roles by layer", "",
+             "Share of each layer's heads with a role (thresholds above), and its heads' mean entropy (nats), attention "
+             "distance (Σ_j a_j |j − i| in tokens; self-attention only) and confidence. Is the usual picture, early "
+             "layers local and later layers longer-range, true here?", ""]
+    lines += [f"- {w}" for w in locality_words(layers)] + [""]
+    lines += _table(["attention", "layer", "heads", "positional", "rare words", "no clear role", "entropy",
+                     "distance", "confidence"],
+                    [[KIND_NAMES[r["kind"]], r["layer"], r["heads"], f"{r['positional']:.0%}", f"{r['rare']:.0%}",
+                      f"{r['none']:.0%}", _f(r["entropy"]), _f(r["distance"]), _f(r["confidence"])] for r in layers])
+    return lines
+
+
+def _redundancy_md(a: dict) -> list[str]:
+    """Near-duplicate heads (Jensen-Shannon divergence) and whether redundancy predicts cheap pruning."""
+    red = a.get("redundancy")
+    if not red:
+        return []
+    lines = ["## Redundant heads (Clark et al. 2019)", "",
+             "Jensen-Shannon divergence between two heads' attention distributions (bits, 0 = identical, 1 = disjoint), "
+             f"averaged over the query tokens of the decoded sentences; heads clustered by average linkage, groups "
+             f"at most {red['threshold_bits']:g} bits apart named (`--redundancy-threshold`). ρ: Spearman correlation "
+             "between a head's JS to its nearest twin and the BLEU lost when it alone is removed (ρ > 0: heads with a "
+             "near twin cost less to remove).", "", f"![redundancy]({a['files']['redundancy']})", ""]
+    rows = []
+    for kind, k in red["kinds"].items():
+        c = k["twin_vs_bleu_lost"]
+        rows.append([KIND_NAMES[kind], f"{k['mean_js_bits']:.2f}", len(k["groups"]),
+                     "; ".join(", ".join(g) for g in k["groups"]) or "–", f"{c['spearman_rho']:+.2f}", _f(c["p"], "{:.3f}")])
+    return lines + _table(["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs BLEU lost", "p"], rows)
+
+
 def _maps_md(a: dict) -> list[str]:
     """The chosen sentences' attention maps."""
     lines = ["## Attention maps", ""]
@@ -163,6 +214,7 @@ def summary(a: dict, out: Path) -> str:
         f"analysis of {a['run_name']} on {a['split']} ({s['sentences_decoded']} sentences decoded, "
         f"{s['sentences_importance']} for importance and roles; {a['cost']['decodes']} decodes, "
         f"{a['cost']['total_seconds'] / 60:.1f} min)",
+        f"  decoding: {s.get('decoding', 'greedy')}",
         f"  full model: BLEU {full['bleu']:.2f}, loss {full['loss']:.3f}",
         "  importance (normalised per layer by its l2 norm), max / min head per kind:",
     ]
@@ -185,6 +237,9 @@ def summary(a: dict, out: Path) -> str:
     lines += [
         "  roles: " + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
         + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",
+        *[f"  {w}" for w in locality_words(a.get("layer_roles", []))],
+        *[f"  near-duplicate heads ({KIND_NAMES[kind]}): " + ("; ".join(", ".join(g) for g in k["groups"]) or "none")
+          for kind, k in a.get("redundancy", {}).get("kinds", {}).items()],
         f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
     ]
     return "\n".join(lines)

@@ -113,3 +113,27 @@ def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: l
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_redundancy(similar: dict, path: Path) -> None:
+    """One panel per attention kind: the heads' pairwise JS divergence, rows and columns in the order of
+    the average-linkage clustering, so near-duplicate groups show as dark blocks on the diagonal."""
+    plt = pyplot()
+    kinds = similar["kinds"]
+    n = max(len(k["names"]) for k in kinds.values())
+    size = max(3.2, 0.13 * n + 2)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(size * len(kinds), size), squeeze=False)
+    for ax, (kind, k) in zip(axes[0], kinds.items()):
+        order = k["order"]
+        data = torch.tensor(k["js_bits"])[order][:, order]
+        im = ax.imshow(data, cmap="magma", vmin=0, vmax=1)
+        labels = [k["names"][i] for i in order]
+        ax.set_xticks(range(len(order)), labels, fontsize=5, rotation=90)
+        ax.set_yticks(range(len(order)), labels, fontsize=5)
+        ax.set_title(f"{KIND_NAMES[kind]}\n{len(k['groups'])} near-duplicate groups", fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.suptitle(f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

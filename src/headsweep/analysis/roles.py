@@ -7,11 +7,14 @@ For every query token (padding excluded), with a = its attention distribution ov
     prev, next   argmax_j a_j is the query's position - 1 / + 1. Self-attention only, and counted over
                  the queries that have such a neighbour (the first token has no previous one; the
                  decoder's causal mask hides every next one), so a pure shift-by-one head scores 100%.
+    distance     sum_j a_j |j - i|: how far from the query the attention goes, in tokens. Self-attention
+                 only (in cross-attention queries and keys are different sentences).
     rare         argmax_j a_j falls on the sentence's least frequent token, by frequency in the
                  training split. Defined where the keys are the source sentence: encoder
                  self-attention and cross-attention.
 
 A head's value is the mean over all query tokens of the split. Undefined metrics are None.
+`layer_roles` sums the heads up per layer: the share with each role, mean entropy and distance.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from torch import Tensor
 
 from headsweep.model import attention_switches
 
-METRICS = ("confidence", "entropy", "prev", "next", "rare")
+METRICS = ("confidence", "entropy", "distance", "prev", "next", "rare")
 
 
 def attention_stats(
@@ -52,6 +55,8 @@ def attention_stats(
     }
     if self_attention:
         pos = torch.arange(Tq, device=w.device)
+        gap = (pos[None, :Tk] - pos[:, None]).abs().to(w.dtype)  # (Tq, Tk): |j - i|
+        stats["distance"] = (((w * gap).sum(-1) * qv).sum((0, 2)), n)
         has_prev = query_valid & (pos >= 1)
         stats["prev"] = (((arg == pos - 1) & has_prev[:, None]).sum((0, 2)), has_prev.sum())
         if not causal:
@@ -129,3 +134,25 @@ def collect_roles(net, batches: list[dict], pad_id: int, freq: torch.Tensor) -> 
                 acc.add("cross", layer, attention_stats(m.last_weights, tgt_ok, src_ok, self_attention=False,
                                                         key_ids=src, key_freq=freq))
     return acc
+
+
+def layer_roles(rows: list[dict]) -> list[dict]:
+    """Per (kind, layer): the share of heads with each role, and the mean entropy, distance and confidence
+    of its heads (None where undefined)."""
+    out = []
+    for kind, layer in dict.fromkeys((r["kind"], r["layer"]) for r in rows):
+        heads = [r for r in rows if r["kind"] == kind and r["layer"] == layer]
+        n = len(heads)
+
+        def mean(metric):
+            values = [r[metric] for r in heads if r[metric] is not None]
+            return sum(values) / len(values) if values else None
+
+        out.append({
+            "kind": kind, "layer": layer, "heads": n,
+            "positional": sum(r["role"].startswith("positional") for r in heads) / n,
+            "rare": sum(r["role"] == "rare words" for r in heads) / n,
+            "none": sum(r["role"] == "-" for r in heads) / n,
+            "entropy": mean("entropy"), "distance": mean("distance"), "confidence": mean("confidence"),
+        })
+    return out

@@ -70,8 +70,14 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
     return constants, [list(cell) for cell in itertools.product(*axes)]
 
 
+# Settings added after runs were recorded, with the value that reproduces those runs: a saved config
+# without the key is read with it, so older reference results still compare as the same experiment.
+ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05}
+
+
 def flatten_config(cfg: DictConfig) -> dict:
-    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them."""
+    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them, settings
+    added since a saved run was made at their old behaviour (ADDED_SETTINGS)."""
     skip = {"seed", "run_name", "sweep", "tags", "paths", "logger"}
     out = {}
 
@@ -86,6 +92,8 @@ def flatten_config(cfg: DictConfig) -> dict:
     walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
     out["model.d_k"], out["model.d_v"] = head_sizes(out["model.d_model"], out["model.heads"], out["model.d_k"],
                                                     out["model.d_v"])  # null means d_model / h
+    for key, value in ADDED_SETTINGS.items():
+        out.setdefault(key, value)
     return out
 
 

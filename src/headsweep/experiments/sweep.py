@@ -177,8 +177,9 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     return sweep
 
 
-# What makes two runs the same experiment; paths, loggers, threads, launcher and names may differ.
-EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "average_last")
+# What makes two runs the same experiment (and the same outputs: the analysis after training counts);
+# paths, loggers, threads, launcher and names may differ.
+EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "average_last", "analysis")
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed")
 
 

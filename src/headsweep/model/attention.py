@@ -5,7 +5,8 @@
     MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O      W^O: h*d_v -> d_model
 
 xi are the head gates of Michel et al. 2019 (all ones unless set): xi_i = 0 removes head i, and
-dL/dxi_i is head i's importance. Vaswani et al. 2017, Table 3, rows A and B vary h, d_k and d_v.
+dL/dxi_i is head i's importance. With concrete_gates, xi is also multiplied by a learned hard-concrete
+gate z_i (headsweep.model.gates; Voita et al. 2019 prune heads with it while training). Vaswani et al. 2017, Table 3, rows A and B vary h, d_k and d_v.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from headsweep.model.gates import HardConcreteGate
 
 IMPLS = ("fused", "per_head")
 KERNELS = ("auto", "math", "sdpa")
@@ -81,6 +84,7 @@ class MultiHeadAttention(nn.Module):
         impl: str = "fused",
         kernel: str = "auto",
         head_dropout: float = 0.0,
+        concrete_gates: bool = False,
     ):
         super().__init__()
         if heads < 1:
@@ -111,6 +115,7 @@ class MultiHeadAttention(nn.Module):
             self.k_heads = nn.ModuleList(nn.Linear(d_model, dk, bias=bias) for _ in range(h))
             self.v_heads = nn.ModuleList(nn.Linear(d_model, dv, bias=bias) for _ in range(h))
         self.out_proj = nn.Linear(h * dv, d_model, bias=bias)
+        self.concrete = HardConcreteGate(h) if concrete_gates else None  # z: learned, L0-penalised
         # Analysis hooks, not training state: a default gate xi used when forward() gets none, and
         # a switch that makes forward() keep its attention weights in `last_weights`.
         self.gate: Tensor | None = None
@@ -120,7 +125,7 @@ class MultiHeadAttention(nn.Module):
 
     def _reset_parameters(self) -> None:
         # Xavier-uniform on each projection, as torch.nn.MultiheadAttention does on its packed weight.
-        for m in self.modules():
+        for m in self.modules():  # the concrete gates' log alpha keeps its own init
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
                 if m.bias is not None:
@@ -214,8 +219,12 @@ class MultiHeadAttention(nn.Module):
         return x.device.type == "cuda"
 
     def _gate(self, gate: Tensor | None, B: int, x: Tensor) -> Tensor | None:
-        """The gate xi for this call: the given one (or self.gate), times head dropout when training."""
+        """The gate xi for this call: the given one (or self.gate), times the hard-concrete gate z and head
+        dropout when they are on."""
         gate = self.gate if gate is None else gate
+        if self.concrete is not None:
+            z = self.concrete(B)  # (B, h) sampled in training, (h,) deterministic in eval
+            gate = z if gate is None else gate * z
         if self.training and self.head_dropout > 0:
             # Drop whole heads per sentence, rescaled so the expected output is unchanged.
             keep = 1.0 - self.head_dropout
@@ -231,11 +240,14 @@ def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     """A copy of `mha` in the other layout (fused <-> per_head) computing the same function."""
     bias = mha.out_proj.bias is not None
     new = MultiHeadAttention(
-        mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout
+        mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout,
+        mha.concrete is not None,
     ).to(mha.out_proj.weight)
     h = mha.heads
     with torch.no_grad():
         new.out_proj.load_state_dict(mha.out_proj.state_dict())
+        if mha.concrete is not None:
+            new.concrete.load_state_dict(mha.concrete.state_dict())
         for which in "qkv":
             if impl == mha.impl:
                 src, dst = getattr(mha, f"{which}_{_LAYOUT[impl]}"), getattr(new, f"{which}_{_LAYOUT[impl]}")

@@ -9,9 +9,13 @@ from torch import Tensor
 from headsweep.model.transformer import Transformer, reorder_cache
 
 
-def max_output_length(src: Tensor, pad_id: int, extra: int, limit: int) -> int:
-    """The paper's budget: longest input length + `extra` tokens, capped by the model's positions."""
-    return min(int(src.ne(pad_id).sum(1).max()) + extra, limit)
+def max_output_length(src: Tensor, pad_id: int, extra: int, limit: int, factor: float | None = None) -> int:
+    """The paper's budget: longest input length + `extra` tokens, capped by the model's positions and,
+    with `factor`, by factor x the longest input (the head analysis: a badly pruned model would otherwise
+    decode every sentence to the full budget)."""
+    longest = int(src.ne(pad_id).sum(1).max())
+    cap = min(longest + extra, limit)
+    return cap if factor is None else min(cap, max(1, int(factor * longest)))
 
 
 @torch.no_grad()

@@ -31,6 +31,7 @@ class TransformerConfig:
     dropout: float = 0.1  # P_drop: on sublayer outputs and embedding sums
     attn_dropout: float = 0.0  # on attention weights
     head_dropout: float = 0.0  # drop whole heads per sentence during training
+    concrete_gates: bool = False  # a learned hard-concrete gate per head (L0 pruning, Voita et al. 2019)
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_len: int = 512  # longest sequence with a learned position
@@ -119,7 +120,7 @@ class Residual(nn.Module):
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, dropout=cfg.attn_dropout,
-        impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout,
+        impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout, concrete_gates=cfg.concrete_gates,
     )
 
 
@@ -236,6 +237,18 @@ class Transformer(nn.Module):
         if kind == "cross":
             return [layer.cross_attn for layer in self.decoder]
         raise ValueError(f"attention kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+
+    def expected_open_heads(self) -> Tensor:
+        """The L0 penalty: sum over every head of P(its hard-concrete gate is open); 0 without gates."""
+        gates = [m.concrete for kind in ATTENTION_KINDS for m in self.attention_layers(kind) if m.concrete is not None]
+        return sum((g.open_probability().sum() for g in gates), self.output_weight.new_zeros(()))
+
+    def open_heads(self) -> dict[str, list[list[bool]]] | None:
+        """{kind: per layer, per head: is its deterministic gate above zero}; None without gates."""
+        if not self.cfg.concrete_gates:
+            return None
+        return {kind: [(m.concrete.deterministic() > 0).tolist() for m in self.attention_layers(kind)]
+                for kind in ATTENTION_KINDS}
 
 
 @contextmanager

@@ -22,6 +22,10 @@ class TranslationModule(pl.LightningModule):
 
     peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak; a number sets
     the peak directly.
+
+    With model.concrete_gates the loss adds l0_lambda * the expected number of open head gates (Voita
+    et al. 2019), the gates' log alpha learn at gate_lr (same schedule), and each layer's open-gate count
+    is logged as gates/<kind>.<layer>.
     """
 
     def __init__(
@@ -44,10 +48,14 @@ class TranslationModule(pl.LightningModule):
         max_len_extra: int = 50,
         test_beam_size: int = 4,
         length_penalty: float = 0.6,
+        l0_lambda: float = 0.0,
+        gate_lr: float = 0.05,
     ):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if l0_lambda < 0 or gate_lr <= 0:
+            raise ValueError(f"module.l0_lambda must be >= 0 and module.gate_lr > 0, got {l0_lambda}, {gate_lr}")
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
@@ -77,6 +85,13 @@ class TranslationModule(pl.LightningModule):
         loss, n_tokens = self.loss(batch)
         self.train_tokens += n_tokens
         self.log("train/loss", loss, prog_bar=True, batch_size=n_tokens)
+        if self.net.cfg.concrete_gates:
+            l0 = self.net.expected_open_heads()
+            self.log("train/l0", l0, batch_size=n_tokens)
+            for kind, layers in self.net.open_heads().items():
+                for layer, open_ in enumerate(layers):
+                    self.log(f"gates/{kind}.{layer}", float(sum(open_)), batch_size=n_tokens)
+            loss = loss + self.hparams.l0_lambda * l0
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
@@ -87,8 +102,10 @@ class TranslationModule(pl.LightningModule):
     def configure_optimizers(self):
         hp = self.hparams
         peak = hp.peak_lr if hp.peak_lr is not None else (self.net.cfg.d_model * hp.warmup_steps) ** -0.5
-        opt = torch.optim.Adam(self.parameters(), lr=peak, betas=tuple(hp.betas), eps=hp.eps,
-                               weight_decay=hp.weight_decay)
+        gates = [p for name, p in self.named_parameters() if name.endswith("concrete.log_alpha")]
+        rest = [p for name, p in self.named_parameters() if not name.endswith("concrete.log_alpha")]
+        groups = [{"params": rest}, *([{"params": gates, "lr": hp.gate_lr, "weight_decay": 0.0}] if gates else [])]
+        opt = torch.optim.Adam(groups, lr=peak, betas=tuple(hp.betas), eps=hp.eps, weight_decay=hp.weight_decay)
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
         warmup_progress = hp.warmup_steps / max_steps if max_steps else 0.0
         timer = next((cb for cb in self.trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
@@ -104,12 +121,14 @@ class TranslationModule(pl.LightningModule):
 
     # ----- evaluation -----
     def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,
-                  max_len_extra: int | None = None) -> list[str]:
-        """Detokenised translations of source ids (B, S): greedy, or beam search (alpha: length penalty)."""
+                  max_len_extra: int | None = None, max_len_factor: float | None = None) -> list[str]:
+        """Detokenised translations of source ids (B, S): greedy, or beam search (alpha: length penalty);
+        max_len_factor caps the output at that many times the source length."""
         hp = self.hparams
         return translate(self.net, self.tokenizer, src, bos_id=hp.bos_id, eos_id=hp.eos_id, pad_id=hp.pad_id,
                          max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra,
-                         beam_size=beam_size, alpha=hp.length_penalty if alpha is None else alpha)
+                         beam_size=beam_size, alpha=hp.length_penalty if alpha is None else alpha,
+                         max_len_factor=max_len_factor)
 
     def validation_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch, smoothing=0.0)  # plain NLL, so exp(loss) is the perplexity

@@ -15,6 +15,7 @@ interruption is joined with the new one.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import netrc
 import os
@@ -30,6 +31,7 @@ import yaml
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from wandb.sdk.lib.runid import generate_id  # W&B's own id format
 
+from headsweep.model import TransformerConfig
 from headsweep.training.runs import RESULTS, is_complete
 
 log = logging.getLogger("headsweep.resume")
@@ -66,7 +68,9 @@ def resume_checkpoint(out_dir: Path, model: dict, tokenizer_json: str) -> tuple[
         log.warning("%s is unreadable (%s: %s); starting this run over (old checkpoints moved to %s)",
                     path, type(e).__name__, str(e).splitlines()[0][:120] if str(e) else "", moved)
         return None
-    saved = {k: hparams["model"].get(k) for k in model}
+    # a setting older checkpoints lack has the default that reproduces them (e.g. concrete_gates=False)
+    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    saved = {k: hparams["model"].get(k, defaults.get(k)) for k in model}
     if saved != model:
         k = next(k for k in model if saved[k] != model[k])
         raise ResumeError(f"{out_dir} holds a run of another model (model.{k}: {saved[k]!r} there, {model[k]!r} "

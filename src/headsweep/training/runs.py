@@ -89,6 +89,25 @@ def load_module(ckpt: str | Path, map_location: str = "cpu"):
     return module.eval()
 
 
+def load_weights(module: TranslationModule, ckpt: str | Path) -> Path:
+    """Start `module` from a checkpoint's weights (fine-tuning: the optimizer and schedule start afresh).
+    Every weight must fit, except the hard-concrete gates, which a model trained without them lacks
+    and which start open."""
+    source = load_module(ckpt)
+    if source.hparams.tokenizer_json != module.hparams.tokenizer_json:
+        raise RunError(f"init_from={ckpt} was trained with another vocabulary than this run builds: fine-tune with "
+                       "the run's own data settings")
+    try:
+        missing, unexpected = module.load_state_dict(source.state_dict(), strict=False)
+    except RuntimeError as e:  # a shape differs
+        raise RunError(f"init_from={ckpt} is another model: {str(e).splitlines()[1].strip()}") from None
+    missing = [k for k in missing if not k.endswith("concrete.log_alpha")]
+    if missing or unexpected:
+        raise RunError(f"init_from={ckpt} is another model ({len(missing)} weights missing, {len(unexpected)} "
+                       f"unexpected, e.g. {(missing + unexpected)[0]}): fine-tune with the run's own model settings")
+    return resolve_checkpoint(ckpt)
+
+
 def load_datamodule(run_dir: str | Path, **overrides):
     """Rebuild a run's data module from its results.json config (setup() not yet called)."""
     results = read_results(run_dir)

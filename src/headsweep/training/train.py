@@ -18,7 +18,7 @@ from headsweep.training.averaging import average_at_end
 from headsweep.training.checks import ConfigError, check_config, check_devices, default_run_name, torch_threads
 from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
                                        set_aside_metrics, wandb_run_id, wandb_unreachable)
-from headsweep.training.runs import RESULTS, is_complete, read_results, write_json, write_lines
+from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
 
 log = logging.getLogger("headsweep.train")
 
@@ -33,6 +33,11 @@ def train(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
     resume = find_resume(cfg, out_dir, module, datamodule)
+    if cfg.get("init_from") and not resume:
+        try:
+            log.info("starting from the weights of %s", load_weights(module, cfg.init_from))
+        except RunError as e:
+            raise ConfigError(str(e)) from None
     loggers, wandb_info = make_loggers(cfg, out_dir)
     callbacks = [hydra.utils.instantiate(c) for c in cfg.callbacks.values()]
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -160,8 +165,18 @@ def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics:
         "output_dir": str(cfg.paths.output_dir),
         "threads": torch.get_num_threads(),
         "resumed_from_step": resumed_from,
+        "gates": gate_record(module.net),
         "wandb": wandb_info,
     }
+
+
+def gate_record(net) -> dict | None:
+    """The hard-concrete gates at the end (model.concrete_gates): which heads are open, and log alpha."""
+    if not net.cfg.concrete_gates:
+        return None
+    return {"open": net.open_heads(),
+            "log_alpha": {kind: [m.concrete.log_alpha.tolist() for m in net.attention_layers(kind)]
+                          for kind in net.open_heads()}}
 
 
 def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:

@@ -26,20 +26,21 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def decode_tokens(net: Transformer, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, max_len_extra: int,
-                  beam_size: int = 1, alpha: float = 0.6) -> Tensor:
+                  beam_size: int = 1, alpha: float = 0.6, max_len_factor: float | None = None) -> Tensor:
     """Output ids (B, T) for source ids (B, S): greedy, or beam search with the GNMT length penalty alpha;
-    at most source length + max_len_extra tokens (the paper's limit) and the model's positions."""
-    max_len = decoding.max_output_length(src, pad_id, max_len_extra, net.cfg.max_len - 1)
+    at most source length + max_len_extra tokens (the paper's limit), max_len_factor x the source length
+    when given, and the model's positions."""
+    max_len = decoding.max_output_length(src, pad_id, max_len_extra, net.cfg.max_len - 1, max_len_factor)
     if beam_size > 1:
         return decoding.beam_search(net, src, bos_id, eos_id, max_len, beam_size, alpha)
     return decoding.greedy(net, src, bos_id, eos_id, max_len)
 
 
 def translate(net: Transformer, tokenizer: Tokenizer, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int,
-              max_len_extra: int, beam_size: int = 1, alpha: float = 0.6) -> list[str]:
+              max_len_extra: int, beam_size: int = 1, alpha: float = 0.6, max_len_factor: float | None = None) -> list[str]:
     """Detokenised translations of a batch of source ids, cut at the first EOS."""
     tokens = decode_tokens(net, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_extra=max_len_extra,
-                           beam_size=beam_size, alpha=alpha)
+                           beam_size=beam_size, alpha=alpha, max_len_factor=max_len_factor)
     return decode(tokenizer, tokens)
 
 
