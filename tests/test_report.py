@@ -213,6 +213,7 @@ def test_holm_and_seed_test_in_the_table(sweep_dir):
     words = R.verdicts(cells)
     assert len(words) == 2 and all("Holm" in w for w in words)
     assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w for w in words)
+    assert any(w.startswith("h2-dk128-dv128: ") and "one seed per side" in w for w in words)
 
 
 def write_curve(run: Path, points: dict[int, tuple[float, float]]) -> None:

@@ -54,7 +54,8 @@ def finetune_config(results: dict, checkpoint: Path, out_dir: Path, lam: float, 
                           log_every_n_steps=max(1, min(20, steps // 20)))  # the gates' course, step by step
     cfg["callbacks"]["checkpoint"].update(every_n_train_steps=steps, every_n_epochs=None, save_top_k=1)
     cfg.update(init_from=str(checkpoint), run_name=f"{results.get('run_name')}-l0-{lam:g}", sweep=None,
-               average_last=0, export_dir=None, tags=[*cfg.get("tags", []), "l0-prune"])
+               average_last=0, export_dir=None, tags=[*cfg.get("tags", []), "l0-prune"],
+               threads=None)  # this process's threads, not those the run had beside other sweep jobs
     return cfg
 
 

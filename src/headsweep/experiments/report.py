@@ -118,7 +118,8 @@ def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
         if c.base or r["delta"] is None or r.get("p_holm") is None:
             continue
         direction = "better" if r["delta"] > 0 else "worse"
-        seeds = ("" if r["p_seeds"] is None else
+        seeds = ("; one seed per side, so nothing yet says whether training noise alone makes a difference "
+                 "this large" if r["p_seeds"] is None else
                  f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
                  f"significant (Welch p = {r['p_seeds']:.3f})")
         if r["p_holm"] < alpha:
