@@ -162,6 +162,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
     sweep = Sweep(name, path, root / name, common, threads=threads)
+    finished_elsewhere = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags)) in enumerate(zip(cells, labels, flats)):
             run = f"{label}-s{seed}"
@@ -172,7 +173,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
             )
             check_export(job, flat)
             if results is not None and not job.done:
-                job.same_as = identical_run(job, flat, results.resolve())
+                job.same_as = identical_run(job, flat, finished_elsewhere)
             sweep.jobs.append(job)
     return sweep
 
@@ -211,14 +212,20 @@ def check_export(job: Job, flat: dict) -> None:
                          f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); move it away or pass --results DIR")
 
 
-def identical_run(job: Job, flat: dict, results_root: Path) -> Path | None:
-    """A finished job of another sweep that is this job (same settings, same seed), e.g. Table 3's base
-    row, which rows A and B share: it is copied instead of trained again."""
+def finished_runs(results_root: Path, skip: str) -> list[tuple[Path, dict]]:
+    """(run dir, results) of every complete job in results/ outside sweep `skip`, read once per plan."""
+    runs = []
     for path in sorted(results_root.glob(f"*/*/{RESULTS}")):
         run_dir = path.parent
-        if run_dir.parent == job.export.parent or run_dir.name.startswith(".") or not is_complete(run_dir):
-            continue
-        saved = read_results(run_dir)
+        if run_dir.parent.name != skip and not run_dir.name.startswith(".") and is_complete(run_dir):
+            runs.append((run_dir, read_results(run_dir)))
+    return runs
+
+
+def identical_run(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> Path | None:
+    """A finished job of another sweep that is this job (same settings, same seed), e.g. Table 3's base
+    row, which rows A and B share: it is copied instead of trained again."""
+    for run_dir, saved in finished:
         if saved.get("shared_from") is None and not settings_diff(saved["config"], flat, job.seed)[0]:
             return run_dir
     return None

@@ -161,11 +161,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
     """Copy a complete run's small outputs to `dest`, results.json last (via a temporary directory and a
     rename), so an interrupted export never looks complete and a finished one is never half-replaced."""
     run_dir, dest = Path(run_dir), Path(dest)
-    results = read_results(run_dir)
-    if not results or results.get("status") != "complete":
-        raise RunError(f"{run_dir} has no complete {RESULTS}: nothing to export")
-    tmp = dest.parent / f".{dest.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    results, tmp = _complete_results(run_dir, "export"), _fresh_tmp(dest)
     tmp.mkdir(parents=True)
     for src_name, dst_name in EXPORTED.items():
         src = run_dir / src_name
@@ -183,17 +179,27 @@ def copy_run(src: str | Path, dest: str | Path, sweep: str, tags: list[str]) -> 
     rows A and B): its files as they are, its results.json with the new sweep and tags; where it came
     from, and its own sweep and tags, under `shared_from`."""
     src, dest = Path(src), Path(dest)
-    results = read_results(src)
-    if not results or results.get("status") != "complete":
-        raise RunError(f"{src} has no complete {RESULTS}: nothing to copy")
-    tmp = dest.parent / f".{dest.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    results, tmp = _complete_results(src, "copy"), _fresh_tmp(dest)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(RESULTS, ".*"))
     config = results["config"]
     shared = {"run": os.path.relpath(src, dest.parent.parent), "sweep": config.get("sweep"), "tags": config.get("tags")}
     write_json(tmp / RESULTS, {**results, "config": {**config, "sweep": sweep, "tags": list(tags)},
                                "shared_from": shared})
     return _publish(tmp, dest)
+
+
+def _complete_results(run_dir: Path, verb: str) -> dict:
+    results = read_results(run_dir)
+    if not results or results.get("status") != "complete":
+        raise RunError(f"{run_dir} has no complete {RESULTS}: nothing to {verb}")
+    return results
+
+
+def _fresh_tmp(dest: Path) -> Path:
+    """The temporary sibling a directory is written into before `_publish` renames it to `dest`."""
+    tmp = dest.parent / f".{dest.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tmp
 
 
 def _publish(tmp: Path, dest: Path) -> Path:
