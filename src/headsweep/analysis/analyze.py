@@ -23,7 +23,7 @@ the time goes: see `--max-sentences` in --help.
 
 Writes <run>/analysis/{analysis.md, analysis.json, *.png}, logs the same to a W&B run (job_type
 "analysis", offline unless WANDB_MODE says otherwise) and prints a summary.
-`report_section` turns the analyses of a head-dropout sweep into a report section.
+analysis/compare.py compares the analyses of a head-dropout sweep's runs (`make report`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
-"""The analysis in words and tables: analysis.md, the printed summary, and the section `make report`
-adds for a sweep whose runs were analysed (e.g. heads_specialise)."""
+"""The analysis of one model in words and tables: analysis.md and the printed summary (the comparison
+across a sweep's analysed runs is analysis/compare.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from pathlib import Path
 
 from headsweep.analysis.importance import KIND_NAMES, NORMALISATION, POOLS
-from headsweep.analysis.plots import pyplot
 from headsweep.model import ATTENTION_KINDS
 
 def _f(x, fmt="{:.2f}") -> str:
@@ -242,76 +240,4 @@ def summary(a: dict, out: Path) -> str:
           for kind, k in a.get("redundancy", {}).get("kinds", {}).items()],
         f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
     ]
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- sweep report
-
-
-def report_section(run_dirs: list[Path], out_dir: Path) -> str:
-    """A markdown section on the head-dropout sweep from the runs that have analysis/analysis.json.
-
-    Overlays the pruning curves (importance order, all heads) with one line per head_dropout setting,
-    mean over seeds, into out_dir/heads_specialise_pruning.png; the markdown links the PNG by its file
-    name, so it is meant to be written into out_dir.
-    """
-    analyses = []
-    for d in run_dirs:
-        path = Path(d) / "analysis" / "analysis.json"
-        if path.is_file():
-            analyses.append(json.loads(path.read_text()))
-    title = "## Do heads specialise? Head dropout and pruning"
-    if not analyses:
-        return (f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
-                "`make analyze CKPT=<run dir>` for each run of the sweep.\n")
-    grid = analyses[0]["pruning"]["fractions"]
-    groups: dict[float, list[dict]] = {}
-    skipped = 0
-    for a in analyses:
-        if a["pruning"]["fractions"] != grid:
-            skipped += 1  # another --step: the curves cannot be averaged point by point
-            continue
-        groups.setdefault(float(a["model"].get("head_dropout") or 0.0), []).append(a)
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    rows = []
-    for hd in sorted(groups):
-        runs = groups[hd]
-        curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in runs]
-        mean = [statistics.fmean(c) for c in zip(*curves)]
-        line, = ax.plot([100 * f for f in grid], mean, "o-", ms=3, label=f"head_dropout {hd:g} (n={len(runs)})")
-        if len(runs) > 1:
-            sd = [statistics.stdev(c) for c in zip(*curves)]
-            ax.fill_between([100 * f for f in grid], [m - s for m, s in zip(mean, sd)],
-                            [m + s for m, s in zip(mean, sd)], color=line.get_color(), alpha=0.15, lw=0)
-        full = [a["full"]["bleu"] for a in runs]
-        prunable = [a["pruning"]["pools"]["all"]["prunable"]["importance"] for a in runs]
-        pm = lambda xs, f: f.format(statistics.fmean(xs)) + (f" ± {f.format(statistics.stdev(xs))}" if len(xs) > 1 else "")  # noqa: E731
-        rows.append([f"{hd:g}", len(runs), pm(full, "{:.2f}"), pm([100 * p for p in prunable], "{:.0f}") + "%",
-                     f"{mean[len(grid) // 2]:.2f}"])
-    ax.set_xlabel("heads removed, all attention kinds (%)")
-    ax.set_ylabel("BLEU")
-    ax.set_title("pruning by importance, mean over seeds (± sd)", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = out_dir / "heads_specialise_pruning.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-
-    s = analyses[0]["settings"]
-    lines = [
-        title, "",
-        f"Heads removed in order of increasing importance (Michel et al. 2019), over all attention kinds, "
-        f"{s['step']:.0%} per step; BLEU from greedy decoding of the first {s['sentences_decoded']} sentences "
-        f"of `{analyses[0]['split']}`. Prunable: the largest fraction removed before BLEU first falls more than "
-        f"{s['tolerance']:g} below the full model's. Mean ± sd over seeds.", "",
-        f"![pruning curves]({png.name})", "",
-    ]
-    lines += _table(["head_dropout", "runs", "BLEU full", "prunable", f"BLEU at {grid[len(grid) // 2]:.0%} removed"],
-                    rows)
-    if skipped:
-        lines += [f"({skipped} analysed run(s) left out: analysed with another --step.)", ""]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from headsweep.analysis.markdown import report_section
+from headsweep.analysis.compare import report_section
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots

@@ -1,0 +1,205 @@
+"""Do heads specialise, and does head dropout change that? The analyses of a sweep's runs compared.
+
+Each analysed run (analysis/analysis.json) is reduced to a few numbers (`specialisation`); the runs are
+grouped by head_dropout, each group's mean ± sd over seeds is set beside the group without head
+dropout, and Welch's t-test over seeds (Holm-corrected over every comparison of the section) says which
+differences are larger than the seed spread. `make report SWEEP=heads_specialise` adds the section.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from headsweep.analysis.importance import KIND_NAMES
+from headsweep.analysis.markdown import _table
+from headsweep.analysis.plots import pyplot
+from headsweep.experiments.significance import holm, mean_sd, seed_test
+
+# (key, column, format, words for a higher value, words for a lower one)
+MEASURES = (
+    ("bleu", "BLEU full", "{:.2f}", "higher full-model BLEU", "lower full-model BLEU"),
+    ("prunable", "prunable", "{:.0%}", "more heads prunable", "fewer heads prunable"),
+    ("kept_area", "BLEU kept (area)", "{:.0%}", "a flatter pruning curve", "a steeper pruning curve"),
+    ("evenness", "importance evenness", "{:.3f}", "importance spread more evenly", "importance less even"),
+    ("mean_js", "mean JS (bits)", "{:.3f}", "heads further apart (less redundant)", "heads closer (more redundant)"),
+)
+
+
+def specialisation(a: dict) -> dict[str, float]:
+    """One analysed run as numbers comparable across runs.
+
+    bleu: the full model's BLEU (greedy, the analysis's sentences). prunable: the share of all heads removed
+    in order of importance before BLEU first drops by more than the tolerance. kept_area: the area under that
+    pruning curve over 0-100% removed, as a share of the full model's BLEU (1 = flat, pruning costs
+    nothing). evenness: normalised entropy H(p) / log h of p = importance / sum over a layer's heads,
+    averaged over layers and kinds (1 = every head equally important, 0 = one head carries the layer).
+    mean_js: mean pairwise Jensen-Shannon divergence of the heads' attention, averaged over kinds.
+    """
+    pool = a["pruning"]["pools"]["all"]
+    grid, curve, full = a["pruning"]["fractions"], pool["importance"]["bleu"], a["full"]["bleu"]
+    area = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(grid, grid[1:], curve, curve[1:]))
+    layers = [scores for kind in a["importance"]["raw"].values() for scores in kind]
+    red = a.get("redundancy", {}).get("kinds", {})
+    return {
+        "bleu": full,
+        "prunable": pool["prunable"]["importance"],
+        "kept_area": area / (grid[-1] - grid[0]) / full if full > 0 else math.nan,
+        "evenness": statistics.fmean(_evenness(s) for s in layers),
+        "mean_js": statistics.fmean(k["mean_js_bits"] for k in red.values()) if red else math.nan,
+    }
+
+
+def _evenness(scores: list[float]) -> float:
+    total = sum(scores)
+    if len(scores) < 2 or total <= 0:
+        return math.nan
+    return -sum(s / total * math.log(s / total) for s in scores if s > 0) / math.log(len(scores))
+
+
+def comparisons(groups: dict[float, list[dict]]) -> list[dict]:
+    """Every head-dropout group against the one without (the smallest setting), measure by measure:
+    means, sds, n, Welch's p over seeds and its Holm adjustment over all the comparisons."""
+    base_hd = min(groups)
+    out = []
+    for hd in sorted(groups):
+        if hd == base_hd:
+            continue
+        for key, *_ in MEASURES:
+            base = [v for v in (r[key] for r in groups[base_hd]) if not math.isnan(v)]
+            cell = [v for v in (r[key] for r in groups[hd]) if not math.isnan(v)]
+            if base and cell:
+                constant = len(set(base)) == 1 and len(set(cell)) == 1  # no spread at all: nothing to test against
+                out.append({"head_dropout": hd, "base": base_hd, "measure": key, "base_values": base,
+                            "values": cell, "p": None if constant else seed_test(base, cell)})
+    for c, p in zip(out, holm([c["p"] for c in out])):
+        c["p_holm"] = p
+    return out
+
+
+def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
+    """Per head-dropout setting, one sentence: the direction of each measure against no head dropout,
+    with mean ± sd and Welch/Holm p, and which differences survive the correction."""
+    spec = {key: (fmt, up, down) for key, _, fmt, up, down in MEASURES}
+    words = []
+    for hd in sorted({c["head_dropout"] for c in found}):
+        these = [c for c in found if c["head_dropout"] == hd]
+        parts, real = [], []
+        for c in these:
+            fmt, up, down = spec[c["measure"]]
+            (m1, s1), (m0, s0) = mean_sd(c["values"]), mean_sd(c["base_values"])
+            said = up if m1 > m0 else down
+            if c["p"] is not None:
+                p = f"Welch p {c['p']:.3f}, Holm {c['p_holm']:.3f}"
+            else:
+                p = "one seed in a cell: no spread, no test" if min(len(c["values"]), len(c["base_values"])) < 2 \
+                    else "no seed spread: no test"
+            parts.append(f"{said} ({_pm(m1, s1, fmt)} vs {_pm(m0, s0, fmt)}; {p})")
+            if c["p_holm"] is not None and c["p_holm"] < alpha:
+                real.append(said)
+        n1, n0 = len(these[0]["values"]), len(these[0]["base_values"])
+        tail = (f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}." if real else
+                f"None of these differences is larger than the seed spread after Holm (p < {alpha:g}).")
+        words.append(f"head_dropout {hd:g} against {these[0]['base']:g} (n = {n1} vs {n0} seeds): "
+                     + "; ".join(parts) + ". " + tail)
+    return words
+
+
+def _pm(mean: float, sd: float | None, fmt: str) -> str:
+    return fmt.format(mean) + (f" ± {fmt.format(sd)}" if sd is not None else "")
+
+
+def report_section(run_dirs: list[Path], out_dir: Path) -> str:
+    """A markdown section on the head-dropout sweep from the runs that have analysis/analysis.json.
+
+    Overlays the pruning curves (importance order, all heads) with one line per head_dropout setting,
+    mean ± sd over seeds, into out_dir/heads_specialise_pruning.png (linked by file name, so the markdown
+    belongs in out_dir), tabulates the `specialisation` measures and says what differs beyond the seed spread.
+    """
+    analyses = [json.loads(p.read_text()) for p in (Path(d) / "analysis" / "analysis.json" for d in run_dirs)
+                if p.is_file()]
+    title = "## Do heads specialise? Head dropout and pruning"
+    if not analyses:
+        return (f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
+                "`make analyze CKPT=<run dir>` for each run of the sweep.\n")
+    grid = analyses[0]["pruning"]["fractions"]
+    groups: dict[float, list[dict]] = {}
+    skipped = 0
+    for a in analyses:
+        if a["pruning"]["fractions"] != grid:
+            skipped += 1  # another --step: the curves cannot be averaged point by point
+            continue
+        groups.setdefault(float(a["model"].get("head_dropout") or 0.0), []).append(a)
+
+    png = _plot_curves(groups, grid, Path(out_dir))
+    measured = {hd: [specialisation(a) for a in runs] for hd, runs in groups.items()}
+    rows = []
+    for hd in sorted(groups):
+        row = [f"{hd:g}", len(groups[hd])]
+        for key, _, fmt, *_ in MEASURES:
+            values = [v for v in (r[key] for r in measured[hd]) if not math.isnan(v)]
+            row.append(_pm(*mean_sd(values), fmt) if values else "–")
+        rows.append(row)
+
+    s = analyses[0]["settings"]
+    lines = [
+        title, "",
+        f"Per run, on the first {s['sentences_decoded']} sentences of `{analyses[0]['split']}` (greedy BLEU): heads "
+        f"removed in order of increasing importance (Michel et al. 2019) over all attention kinds, {s['step']:.0%} "
+        f"per step. **Prunable**: the largest share removed before BLEU first falls more than {s['tolerance']:g} "
+        "below the full model's. **BLEU kept (area)**: the area under the pruning curve as a share of the full "
+        "model's BLEU (higher = flatter). **Importance evenness**: normalised entropy of importance over a layer's "
+        "heads, averaged over layers (1 = all heads equally important). **Mean JS**: mean pairwise Jensen-Shannon "
+        "divergence between heads' attention (lower = more redundant). Mean ± sd over seeds; the test BLEU (beam) "
+        "with its paired bootstrap is in the table above.", "",
+        f"![pruning curves]({png.name})", "",
+    ]
+    lines += _table(["head_dropout", "runs", *[col for _, col, *_ in MEASURES]], rows)
+    words = verdict_words(comparisons(measured))
+    lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
+    if skipped:
+        lines += [f"({skipped} analysed run(s) left out: analysed with another --step.)", ""]
+    return "\n".join(lines)
+
+
+def _twin_words(analyses: list[dict]) -> list[str]:
+    """Does redundancy predict cheap pruning? Spearman's rho per kind, summarised over the runs."""
+    per_kind: dict[str, list[float]] = {}
+    for a in analyses:
+        for kind, k in a.get("redundancy", {}).get("kinds", {}).items():
+            rho = k["twin_vs_bleu_lost"]["spearman_rho"]
+            if rho is not None and not math.isnan(rho):
+                per_kind.setdefault(kind, []).append(rho)
+    if not per_kind:
+        return []
+    said = ", ".join(f"{KIND_NAMES[kind]} {statistics.fmean(r):+.2f}" + (f" ± {statistics.stdev(r):.2f}" if len(r) > 1 else "")
+                     + f" (n = {len(r)})" for kind, r in per_kind.items())
+    return ["Does redundancy predict cheap pruning? Spearman's ρ between a head's JS to its nearest twin and the "
+            f"BLEU lost when it alone is removed, mean ± sd over runs: {said} (ρ > 0: heads with a near twin cost less)."]
+
+
+def _plot_curves(groups: dict[float, list[dict]], grid: list[float], out_dir: Path) -> Path:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    xs = [100 * f for f in grid]
+    for hd in sorted(groups):
+        curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in groups[hd]]
+        mean = [statistics.fmean(c) for c in zip(*curves)]
+        line, = ax.plot(xs, mean, "o-", ms=3, label=f"head_dropout {hd:g} (n={len(curves)})")
+        if len(curves) > 1:
+            sd = [statistics.stdev(c) for c in zip(*curves)]
+            ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
+                            color=line.get_color(), alpha=0.15, lw=0)
+    ax.set_xlabel("heads removed, all attention kinds (%)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("pruning by importance, mean over seeds (± sd)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = out_dir / "heads_specialise_pruning.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
