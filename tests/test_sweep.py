@@ -414,6 +414,55 @@ def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkey
     assert not any(j.same_as for j in S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1).jobs)
 
 
+def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, monkeypatch, capsys):
+    """heads_specialise's head dropout 0 is table3_a's h8 model (same settings and seed) plus the analysis:
+    while that run's checkpoint is on disk the job analyses a copy of the run instead of training it."""
+    results = tmp_path / "results"
+    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    h8 = a.jobs[0]
+    finished_export(a, h8)
+    for sub in ("checkpoints", "hypotheses", "wandb"):  # the run directory as training left it
+        (h8.dir / sub).mkdir(parents=True)
+    (h8.dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (h8.dir / "hypotheses" / "test.greedy.en").write_text("a\n")
+    saved = json.loads((h8.export / "results.json").read_text())
+    saved |= {"output_dir": str(h8.dir), "checkpoints": {"last": str(h8.dir / "checkpoints" / "last.ckpt")}}
+    for d in (h8.dir, h8.export):
+        (d / "results.json").write_text(json.dumps(saved))
+
+    ckpt = h8.dir / "checkpoints" / "last.ckpt"
+    ckpt.rename(ckpt.with_suffix(".away"))  # no checkpoint here (results/ cloned on another machine): it trains
+    assert S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].trained_as is None
+    ckpt.with_suffix(".away").rename(ckpt)
+    hs = S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    job = hs.jobs[0]
+    assert [j.trained_as for j in hs.jobs] == [h8.export, None, None] and job.same_as is None
+    assert S.run(hs, dry=True) == 0
+    assert f"reuse   {job.name}" in capsys.readouterr().out and not job.dir.exists()
+    launched = []
+
+    def fake_multirun(cmd, **kwargs):  # train finds the adopted run complete and only analyses it
+        launched.extend(next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(","))
+        assert is_complete(job.dir) and not job.done  # trained, not yet analysed: not done
+        (job.dir / "analysis").mkdir()
+        (job.dir / "analysis" / "analysis.json").write_text("{}")
+        return subprocess.CompletedProcess(cmd, 1)  # the other two jobs "fail"
+
+    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
+    assert S.run(hs) == 1
+    assert launched == [j.name for j in hs.jobs]  # the adopted job still runs: its analysis is the work
+    adopted = json.loads((job.dir / "results.json").read_text())
+    assert adopted["run_name"] == job.name and adopted["config"]["sweep"] == "heads_specialise"
+    assert adopted["config"]["analysis"] == job.analysis and adopted["config"]["analysis"]["split"] == "val"
+    assert adopted["output_dir"] == str(job.dir) and adopted["checkpoints"]["last"].startswith(str(job.dir) + "/")
+    assert adopted["shared_from"]["run"] == f"table3_a/{h8.name}" and adopted["shared_from"]["sweep"] == "table3_a"
+    assert (job.dir / "checkpoints" / "last.ckpt").stat().st_ino == (h8.dir / "checkpoints" / "last.ckpt").stat().st_ino
+    assert not (job.dir / "wandb").exists() and (job.dir / "hypotheses" / "test.greedy.en").read_text() == "a\n"
+    assert json.loads((h8.dir / "results.json").read_text())["config"]["sweep"] == "table3_a"  # the source untouched
+    again = S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # export matches
+    assert [j.done for j in again.jobs] == [True, False, False] and is_complete(job.export)
+
+
 def test_shipped_reference_results_match_their_sweeps(tmp_path):
     """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep> BUDGET=ablation` plans (the
     same settings and seed), so resuming the reference sweeps never mixes configs."""

@@ -17,9 +17,13 @@ Results: each finished job's small outputs (results.json, hypotheses, metrics CS
 checkpoints or W&B files) are exported to results/<sweep>/<run name>/ (--results), the folder `make
 report` reads and the repository keeps as reference results.
 
-Resume: a job with a complete results.json (in results/ or its run directory) is skipped; an unfinished
-job with a checkpoint continues from it (headsweep.resume); one without is moved to
-multirun/<sweep>/.incomplete/ and runs again from scratch.
+Shared work: a job another sweep already ran (same settings and seed) is copied from results/, not
+trained; one whose model another sweep trained but did not analyse as this sweep does (heads_specialise's
+head dropout 0 is table3_a's h = 8) analyses a copy of that run while its checkpoint is on this machine.
+
+Resume: a job with a complete results.json (and its analysis, where the sweep analyses) is skipped; a
+trained job whose analysis was cut short only analyses; an unfinished job with a checkpoint continues from
+it (headsweep.resume); one without is moved to multirun/<sweep>/.incomplete/ and runs again from scratch.
 
 Cores: --jobs N runs N jobs at once (Hydra's joblib launcher) with cores / N torch threads each, set
 before torch starts (OMP_NUM_THREADS) and recorded in results.json.
@@ -48,7 +52,7 @@ from headsweep.config import CONF_DIR, SWEEPS_DIR, compose
 from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
 from headsweep.training.checks import ConfigError, check_config
-from headsweep.training.runs import RESULTS, copy_run, export_run, is_complete, read_results
+from headsweep.training.runs import RESULTS, adopt_run, copy_run, export_run, is_complete, read_results
 JOB_GROUP = "sweep_job"
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
 # overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
@@ -71,10 +75,17 @@ class Job:
     base: bool = False
     export: Path | None = None  # results/<sweep>/<run name>: where the finished job's outputs go
     same_as: Path | None = None  # a finished run of another sweep with this job's settings and seed
+    analysis: dict | None = None  # the head analysis after training (conf/analysis), when the sweep runs one
+    trained_as: Path | None = None  # a finished run of another sweep that trained this job's model
+
+    def finished(self, run_dir: Path) -> bool:
+        """Complete, and analysed where the job analyses its model: a run whose analysis was cut short
+        runs again, and `train` finds it trained and only analyses it."""
+        return is_complete(run_dir) and (self.analysis is None or (run_dir / "analysis" / "analysis.json").is_file())
 
     @property
     def done(self) -> bool:
-        return is_complete(self.dir) or (self.export is not None and is_complete(self.export))
+        return self.finished(self.dir) or (self.export is not None and self.finished(self.export))
 
 
 @dataclass
@@ -152,28 +163,32 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
             raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
         except Exception as e:
             raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
-        flats.append((flatten_config(cfg), list(cfg.tags)))
-    steps = {f["trainer.max_steps"] for f, _ in flats}
+        analysis = OmegaConf.to_container(cfg.analysis, resolve=True) if cfg.get("analysis") else None
+        flats.append((flatten_config(cfg), list(cfg.tags), analysis))
+    steps = {f["trainer.max_steps"] for f, _, _ in flats}
     if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
         raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
                          f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
-    labels = cell_labels([f for f, _ in flats])
+    labels = cell_labels([f for f, _, _ in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
     sweep = Sweep(name, path, root / name, common, threads=threads)
     finished_elsewhere = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
-        for i, (cell, label, (flat, tags)) in enumerate(zip(cells, labels, flats)):
+        for i, (cell, label, (flat, tags, analysis)) in enumerate(zip(cells, labels, flats)):
             run = f"{label}-s{seed}"
             job = Job(
                 name=run, cell=label, seed=seed, overrides=[*cell, f"seed={seed}"],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
                 dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
+                analysis=analysis,
             )
             check_export(job, flat)
             if results is not None and not job.done:
                 job.same_as = identical_run(job, flat, finished_elsewhere)
+                if job.same_as is None and analysis is not None:
+                    job.trained_as = trained_run(job, flat, finished_elsewhere)
             sweep.jobs.append(job)
     return sweep
 
@@ -228,6 +243,22 @@ def identical_run(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> Pa
     for run_dir, saved in finished:
         if saved.get("shared_from") is None and not settings_diff(saved["config"], flat, job.seed)[0]:
             return run_dir
+    return None
+
+
+def trained_run(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> Path | None:
+    """A finished job of another sweep that trained this job's model (same settings and seed; only the
+    analysis after training differs, e.g. heads_specialise's head dropout 0 and table3_a's h = 8) and whose
+    run directory, checkpoint included, is on this machine: the job analyses a copy of it instead of
+    training the same model again. Elsewhere (results/ cloned without checkpoints) the job trains."""
+    for export, saved in finished:
+        src = saved.get("output_dir")
+        if saved.get("shared_from") is not None or not src:
+            continue
+        diff = settings_diff(saved["config"], flat, job.seed)[0]
+        if (diff and all(k == "analysis" or k.startswith("analysis.") for k in diff) and is_complete(src)
+                and (Path(src) / "checkpoints" / "last.ckpt").is_file()):
+            return export
     return None
 
 
@@ -307,6 +338,8 @@ def failure(job: Job) -> str:
         results = None
     if results and results.get("status") == "failed":
         return f"{results.get('error', 'failed')} (log: {results.get('log') or log})"
+    if results and results.get("status") == "complete":
+        return f"trained, but its head analysis did not finish (log: {log})"
     if log.exists():
         return f"no {RESULTS}: killed or crashed (log: {log})"
     return f"never started (no {job.dir})"
@@ -327,7 +360,7 @@ def export_finished(sweep: Sweep, out) -> None:
     """Jobs that finished in their run directory but are missing from results/ (an older sweep, or an
     export cut short) are exported now."""
     for j in sweep.jobs:
-        if j.export is not None and is_complete(j.dir) and not is_complete(j.export):
+        if j.export is not None and j.finished(j.dir) and not j.finished(j.export):
             export_run(j.dir, j.export)
             print(f"  {j.name}: exported to {j.export}", file=out)
 
@@ -340,12 +373,24 @@ def share_identical(sweep: Sweep, out) -> None:
             print(f"  {j.name}: the same experiment as {j.same_as}: copied, not trained again", file=out)
 
 
+def adopt_trained(sweep: Sweep, out) -> None:
+    """Jobs whose model another sweep already trained (Job.trained_as) get a copy of that run directory,
+    checkpoints hard-linked, as their own: in the launcher, `train` finds it complete and the job only
+    analyses it."""
+    for j in sweep.jobs:
+        if j.trained_as is not None and not j.done and not j.dir.exists():
+            adopt_run(j.trained_as, j.dir, sweep=sweep.name, run_name=j.name, tags=j.tags, analysis=j.analysis)
+            print(f"  {j.name}: the model of {j.trained_as}, trained with the same settings and seed: analysed, "
+                  "not trained again", file=out)
+
+
 def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     """Run the jobs not yet complete; print the summary. 0 when every job is complete at the end."""
     out = out or sys.stdout
     if not dry:
         export_finished(sweep, out)
         share_identical(sweep, out)
+        adopt_trained(sweep, out)
     done = {j.name for j in sweep.jobs if j.done}
     todo = [j for j in sweep.jobs if j.name not in done and not (dry and j.same_as)]
     print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run; "
@@ -353,9 +398,11 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     if dry:
         width = max(len(j.name) for j in sweep.jobs)
         for j in sweep.jobs:
-            state = "done  " if j.name in done else "copy  " if j.same_as else "to run"
+            state = "done  " if j.name in done else "copy  " if j.same_as else "reuse " if j.trained_as else "to run"
             print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
-                  + (f"  (= {j.same_as})" if j.same_as and j.name not in done else ""), file=out)
+                  + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")
+                  + (f"  (analyses the model of {j.trained_as})" if j.trained_as and j.name not in done else ""),
+                  file=out)
         if todo:
             print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
         return 0
@@ -366,7 +413,9 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     held = lock(sweep.dir)
     try:
         for j in todo:
-            if moved := set_aside(j):
+            if is_complete(j.dir):
+                print(f"  {j.name}: trained; runs its head analysis", file=out)
+            elif moved := set_aside(j):
                 print(f"  {j.name}: unfinished output moved to {moved}", file=out)
             elif resumable(j):
                 print(f"  {j.name}: resumes from {j.dir / 'checkpoints' / 'last.ckpt'} (its log names the step)",

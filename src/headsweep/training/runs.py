@@ -188,6 +188,49 @@ def copy_run(src: str | Path, dest: str | Path, sweep: str, tags: list[str]) -> 
     return _publish(tmp, dest)
 
 
+# What of a run directory belongs to its W&B run or to analyses of its model, not to its training.
+NOT_TRAINING = (RESULTS, "wandb", "wandb_id", "analysis", "prune", ".*")
+
+
+def adopt_run(export: str | Path, dest: str | Path, *, sweep: str, run_name: str, tags: list[str],
+              analysis: dict | None) -> Path:
+    """The run directory behind an exported run (`export`'s output_dir, checkpoints hard-linked) as a
+    trained, not yet analysed run of another sweep at `dest`: the same model, with the new sweep's name,
+    tags and analysis settings; where it came from under `shared_from`. Paths in results.json that
+    pointed into the old directory point into the new one."""
+    export, dest = Path(export), Path(dest)
+    exported = _complete_results(export, "adopt")
+    src = Path(exported["output_dir"])
+    results, tmp = _complete_results(src, "adopt"), _fresh_tmp(dest)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*NOT_TRAINING), copy_function=_link_or_copy)
+    config = {**results["config"], "sweep": sweep, "run_name": run_name, "tags": list(tags), "analysis": analysis}
+    shared = {"run": f"{export.parent.name}/{export.name}", "sweep": results["config"].get("sweep"), "tags": results["config"].get("tags"),
+              "what": "the trained model (checkpoint); analysed here"}
+    adopted = _rebase({**results, "sweep": sweep, "run_name": run_name, "config": config}, str(src), str(dest))
+    write_json(tmp / RESULTS, {**adopted, "shared_from": shared})
+    return _publish(tmp, dest)
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    """Checkpoints are large and never change once written: a hard link where the file system allows."""
+    try:
+        os.link(src, dst)
+        return dst
+    except OSError:
+        return shutil.copy2(src, dst)
+
+
+def _rebase(obj, old: str, new: str):
+    """`obj` with every string that is the path `old`, or a path under it, moved under `new`."""
+    if isinstance(obj, dict):
+        return {k: _rebase(v, old, new) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rebase(v, old, new) for v in obj]
+    if isinstance(obj, str) and (obj == old or obj.startswith(old + os.sep)):
+        return new + obj[len(old):]
+    return obj
+
+
 def _complete_results(run_dir: Path, verb: str) -> dict:
     results = read_results(run_dir)
     if not results or results.get("status") != "complete":
