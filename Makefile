@@ -74,7 +74,7 @@ report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make r
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
-prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's: make prune CKPT=<run> [LAMBDAS="0.01 0.1" STEPS=300]
+prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's: make prune CKPT=<run> [LAMBDAS="0 0.01 0.1" STEPS=300]
 	$(PY) -m headsweep.analysis.prune --ckpt "$(CKPT)" $(if $(LAMBDAS),--lambdas $(LAMBDAS)) $(if $(STEPS),--steps $(STEPS)) \
 		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 

@@ -100,6 +100,52 @@ def test_prunable_fraction_stops_at_the_first_drop():
     assert A.prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
 
 
+def test_loss_ablation_matches_the_gated_models_own_loss_and_its_paired_error():
+    """LossEvaluator's single-head losses equal cross-entropy of the model with that gate set by hand (the
+    encoder's output is reused for decoder heads: a wrong reuse would hide an encoder head's effect), over
+    several batches put back in sentence order; its standard error is the paired one over sentences."""
+    import torch.nn.functional as F
+    from headsweep.analysis.ablation import LossEvaluator
+
+    net = tiny_net()
+    g = torch.Generator().manual_seed(2)
+    src = [torch.randint(4, 23, (int(n),), generator=g).tolist() for n in torch.randint(3, 9, (11,), generator=g)]
+    tgt = [torch.randint(4, 23, (int(n),), generator=g).tolist() for n in torch.randint(2, 8, (11,), generator=g)]
+    batches = make_batches(src, tgt, max_tokens=30)
+    assert len(batches) > 2
+    ev = LossEvaluator(net, batches, pad_id=0)
+
+    def by_hand(head):  # summed NLL per sentence, in the order of src
+        out = torch.zeros(len(src), dtype=torch.float64)
+        m = net.attention_layers(head[0])[head[1]] if head else None
+        if m is not None:
+            m.gate = torch.ones(m.heads, dtype=torch.float64)
+            m.gate[head[2]] = 0
+        with torch.no_grad():
+            for b in batches:
+                logits = net(b["src"], b["tgt_in"])
+                nll = F.cross_entropy(logits.transpose(1, 2), b["tgt_out"], ignore_index=0, reduction="none")
+                out[b["index"]] = nll.sum(1)
+        if m is not None:
+            m.gate = None
+        return out
+
+    assert ev.tokens.sum() == sum(int(b["tgt_out"].ne(0).sum()) for b in batches)
+    full = by_hand(None)
+    assert ev([]) == {"loss": pytest.approx(float(full.sum() / ev.tokens.sum())), "delta_loss": 0.0,
+                      "delta_loss_se": 0.0}
+    for head in [("enc_self", 0, 1), ("enc_self", 1, 3), ("dec_self", 1, 2), ("cross", 0, 0)]:
+        d = by_hand(head) - full
+        delta = float(d.sum() / ev.tokens.sum())
+        se = float(torch.std(d - delta * ev.tokens) * len(src) ** 0.5 / ev.tokens.sum())
+        r = ev([head])
+        assert abs(delta) > 1e-4, head  # removing the head changes the loss: the check has teeth
+        assert r["delta_loss"] == pytest.approx(delta, rel=1e-9) and r["delta_loss_se"] == pytest.approx(se, rel=1e-9)
+    assert ev.forwards == 5  # memoised: asking again runs nothing
+    ev([("cross", 0, 0)])
+    assert ev.forwards == 5
+
+
 # ----------------------------------------------------------------------------- roles
 
 
@@ -216,6 +262,11 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     assert list((tiny_run / "wandb").glob("offline-run-*")), "no W&B offline run"  # training logged none
     n_heads = 3 * 1 * 2  # kinds x layers x heads of model=tiny (1 layer) with heads=2
     assert len(a["single_head"]) == len(a["roles"]["heads"]) == n_heads
+    # Single heads are scored by loss over the split, not decoded; with 2 heads a layer, keeping the best head
+    # removes one head, a set the single-head pass already measured: no extra loss pass for it.
+    assert all("bleu" not in r and r["delta_loss_se"] >= 0 for r in a["single_head"])
+    assert a["cost"]["loss_passes"] == 1 + n_heads and a["settings"]["sentences_loss"] == 12
+    assert all("bleu" in r and "delta_loss_se" in r for r in a["best_head_only"])
     # Removing nothing is the full model: the first point of every curve is the full BLEU.
     for pool in a["pruning"]["pools"].values():
         assert pool["importance"]["bleu"][0] == a["full"]["bleu"] and pool["n_removed"][0] == 0
@@ -317,6 +368,7 @@ def test_prune_with_concrete_gates_beside_michel(tiny_run, capsys):
     for row in record["rows"]:
         assert {k: len(v) for k, v in row["michel_kept"].items()} == row["kept_per_kind"]
     assert none["michel"]["bleu"] == record["full"]["bleu"]  # nothing removed: the original model
+    assert "lambda 0 is the control" in (tiny_run / "prune" / "prune.md").read_text()
     rows = list(csv.DictReader(open(tiny_run / "prune" / "l0-20" / "csv" / "metrics.csv")))
     opened = [float(r["gates/enc_self.0"]) for r in rows if r.get("gates/enc_self.0")]
     assert len(opened) >= 10 and opened[0] == 2 and opened[-1] < 2

@@ -18,7 +18,7 @@ def analysis(head_dropout=0.0, curve=(30.0, 15.0, 0.0), layers=((1.0, 1.0), (1.0
         "pruning": {"fractions": [0.0, 0.5, 1.0],
                     "pools": {"all": {"importance": {"bleu": list(curve)}, "prunable": {"importance": prunable}}}},
         "importance": {"raw": {"enc_self": [list(s) for s in layers]}},
-        "redundancy": {"kinds": {k: {"mean_js_bits": v, "twin_vs_bleu_lost": {"spearman_rho": rho}}
+        "redundancy": {"kinds": {k: {"mean_js_bits": v, "twin_vs_loss_increase": {"spearman_rho": rho}}
                                  for k, v in zip(kinds, js)}},
     }
 

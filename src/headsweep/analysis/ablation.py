@@ -1,5 +1,7 @@
 """Removing heads and measuring what is lost (Michel et al. 2019): BLEU, chrF and loss of a model with a
-set of heads gated off, memoised; pruning orders by importance and at random; prunable fractions."""
+set of heads gated off (Evaluator, decoding a few sentences), or its teacher-forced loss over a whole split
+with a standard error (LossEvaluator, no decoding), both memoised; pruning orders by importance and at
+random; prunable fractions."""
 
 from __future__ import annotations
 
@@ -52,6 +54,60 @@ class Evaluator:
             self.decodes += 1
             self.seconds += time.perf_counter() - start
         return self.results[key]
+
+
+class LossEvaluator:
+    """Teacher-forced loss (nats per target token, no smoothing) of the model with a set of heads removed,
+    over every sentence of `batches`, and its change against the full model with a standard error.
+
+    One forward pass per model and no decoding, so it can afford the whole split: removing one head moves
+    the loss by 0.001-0.02 nats, measured to about a tenth of that over the 1,014 val sentences, where
+    BLEU over 80-150 decoded sentences moved by up to ±4 points at random. The error is paired over
+    sentences (the same sentences for every model), that of a ratio of sums: with d_i the change of
+    sentence i's summed NLL and t_i its tokens, delta = sum d / sum t and
+    se = sd_i(d_i - delta t_i) sqrt(n) / sum t.
+
+    Memoised by the set of removed heads. Removing decoder heads cannot change the encoder's output, so
+    the full model's is reused then (two thirds of the heads).
+    """
+
+    def __init__(self, net, batches: list[dict], pad_id: int):
+        self.net, self.batches, self.pad = net, batches, pad_id
+        n = sum(b["src"].size(0) for b in batches)
+        self.tokens = torch.zeros(n, dtype=torch.float64)
+        for b in batches:
+            self.tokens[b["index"]] = b["tgt_out"].ne(pad_id).sum(1).double()
+        self.encoded: list | None = None
+        self.losses: dict[frozenset, torch.Tensor] = {}
+        self.forwards, self.seconds = 0, 0.0
+
+    def sentence_losses(self, pruned) -> torch.Tensor:
+        """(n,): each sentence's summed NLL with `pruned` removed."""
+        key = frozenset(pruned)
+        if key not in self.losses:
+            start = time.perf_counter()
+            reuse = self.encoded is not None and not any(kind == "enc_self" for kind, _, _ in key)
+            out = torch.zeros_like(self.tokens)
+            encoded = []
+            with gated(self.net, key), torch.no_grad():
+                for i, batch in enumerate(self.batches):
+                    enc = self.encoded[i] if reuse else self.net.encode(batch["src"])
+                    encoded.append(enc)
+                    out[batch["index"]] = sentence_losses(self.net, batch, self.pad, enc).double()
+            if not key:
+                self.encoded = encoded
+            self.losses[key] = out
+            self.forwards += 1
+            self.seconds += time.perf_counter() - start
+        return self.losses[key]
+
+    def __call__(self, pruned) -> dict:
+        """{"loss", "delta_loss", "delta_loss_se"}: nats per token, the change against nothing removed."""
+        full, this = self.sentence_losses([]), self.sentence_losses(pruned)
+        d, t = this - full, self.tokens
+        delta = float(d.sum() / t.sum())
+        se = float((d - delta * t).std() * len(t) ** 0.5 / t.sum()) if len(t) > 1 else float("nan")
+        return {"loss": float(this.sum() / t.sum()), "delta_loss": delta, "delta_loss_se": se}
 
 
 def prunable_fraction(grid: list[float], bleus: list[float], full_bleu: float, tolerance: float) -> float:

@@ -5,8 +5,10 @@ For one trained model, over one split (val by default):
 
 - importance  I_h = E_x |dL(x)/dxi_h| of every head (headsweep.importance), each layer normalised by
               its l2 norm; heat map per attention kind.
-- ablation    BLEU and loss with one head removed at a time, and with all but a layer's most important
-              head removed (Michel's Tables 1 and 2).
+- ablation    the teacher-forced loss over the whole split, with a standard error, with one head removed
+              at a time (Michel's Table 1 asks this of BLEU, which on a few hundred decoded sentences
+              is noise at one head's size); loss and BLEU with all but a layer's most important head
+              removed (his Table 2).
 - pruning     heads removed in order of increasing importance, `step` of the pool at a time, within each
               attention kind and over all heads together; random orders as the baseline; the largest
               fraction removed before BLEU first drops more than `tolerance` below the full model.
@@ -14,12 +16,12 @@ For one trained model, over one split (val by default):
               (headsweep.analysis.roles), a dominant role at the given thresholds, importance against
               confidence, and per layer the share of heads with each role, mean entropy and distance.
 - redundancy  Jensen-Shannon divergence between every two heads of a kind on the decoded sentences
-              (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs BLEU lost.
+              (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs the loss lost.
 - maps        attention heat maps (layers x heads per kind) of chosen sentences.
 
-Importance and roles use every sentence of the split (one forward and backward pass). Every ablation
-and pruning step greedy-decodes the first --max-sentences sentences of the split again, which is where
-the time goes: see `--max-sentences` in --help.
+Importance, roles and the single-head losses use every sentence of the split (one pass each). Every
+pruning step and best-head-only model greedy-decodes the first --max-sentences sentences of the split,
+which is where the time goes: see `--max-sentences` and `--step` in --help.
 
 Writes <run>/analysis/{analysis.md, analysis.json, *.png}, logs the same to a W&B run (job_type
 "analysis", offline unless WANDB_MODE says otherwise) and prints a summary.
@@ -39,7 +41,8 @@ from pathlib import Path
 
 import torch
 
-from headsweep.analysis.ablation import DECODING, POOLS, Evaluator, kind_sensitivity, plan_pruning, prunable_fraction
+from headsweep.analysis.ablation import (DECODING, POOLS, Evaluator, LossEvaluator, kind_sensitivity, plan_pruning,
+                                        prunable_fraction)
 from headsweep.analysis.importance import (KIND_NAMES, NORMALISATION, AnalysisError, all_heads, fractions,
                                            head_importance, normalise_per_layer, pruned_at)
 from headsweep.analysis.maps import resolve_sentences, sentence_weights
@@ -56,7 +59,7 @@ log = logging.getLogger("headsweep.analyze")
 
 FILES = {"markdown": "analysis.md", "json": "analysis.json", "importance": "importance.png", "redundancy": "redundancy.png",
          "ablation": "ablation.png", "pruning": "pruning.png", "importance_vs_confidence": "importance_vs_confidence.png"}
-DEFAULTS = dict(split="val", max_sentences=150, random_orders=3, step=0.1, sentences=("0",),
+DEFAULTS = dict(split="val", max_sentences=150, random_orders=3, step=0.2, sentences=("0",),
                 pos_threshold=0.9, rare_threshold=0.5, tolerance=1.0, seed=0, redundancy_threshold=0.2)
 
 
@@ -102,16 +105,20 @@ def analyze(
     plan = plan_pruning(heads, norm, grid, random_orders, seed)
     best = {(kind, layer): int(norm[kind][layer].argmax()) for kind in ATTENTION_KINDS
             for layer in range(norm[kind].size(0))}
-    planned = planned_models(heads, best, norm, plan, grid)
-    log.info("ablations: %d distinct models, each greedy-decoding %d sentences of %s", len(planned), n_dec, split)
+    planned = planned_models(best, norm, plan, grid)
+    log.info("single heads: %d models, teacher-forced loss over %d sentences; pruning and best head only: %d "
+             "distinct models, each greedy-decoding %d sentences of %s", len(heads), len(src_texts), len(planned),
+             n_dec, split)
+    losses = LossEvaluator(net, all_batches, pad)
 
     evaluate = Evaluator(module, make_batches(src_ids[:n_dec], ref_ids[:n_dec], datamodule.eval_max_tokens),
                          refs[:n_dec])
-    full = evaluate([])
-    log.info("full model: BLEU %.2f loss %.3f (%.1f s per decode: about %.0f s for the rest)",
-             full["bleu"], full["loss"], evaluate.seconds, evaluate.seconds * (len(planned) - 1))
+    full = evaluate([]) | {"split_loss": losses([])["loss"]}
+    log.info("full model: BLEU %.2f, loss %.3f on the decoded sentences, %.3f over the split (%.1f s per decode, "
+             "%.1f s per loss pass: about %.0f s for the rest)", full["bleu"], full["loss"], full["split_loss"],
+             evaluate.seconds, losses.seconds, evaluate.seconds * (len(planned) - 1) + losses.seconds * len(heads))
 
-    single, best_only = head_ablations(evaluate, heads, best, norm, full)
+    single, best_only = head_ablations(evaluate, losses, heads, best, norm, full)
     pruning = pruning_curves(evaluate, plan, grid, full, tolerance)
     log.info("roles: attention statistics over %d sentences", len(src_texts))
     acc = collect_roles(net, all_batches, pad, source_frequencies(datamodule))
@@ -124,12 +131,14 @@ def analyze(
     plot_redundancy(similar, out / files["redundancy"])
     maps = attention_maps(module, datamodule, map_specs, out)
     settings = {"max_sentences": max_sentences, "sentences_decoded": n_dec, "sentences_importance": len(src_texts),
+                "sentences_loss": len(src_texts),
                 "random_orders": random_orders, "step": step, "pos_threshold": pos_threshold,
                 "rare_threshold": rare_threshold, "tolerance": tolerance, "seed": seed,
                 "redundancy_threshold": redundancy_threshold,
-                "loss": "teacher-forced NLL per target token, no label smoothing", "decoding": DECODING}
+                "loss": "teacher-forced NLL per target token, no label smoothing: over the whole split for single heads "
+                        "and best head only (split_loss), else over the decoded sentences", "decoding": DECODING}
     analysis = analysis_record(run, split, settings, full, raw, norm, single, best_only, grid, pruning, role_rows,
-                               maps, files, evaluate)
+                               maps, files, evaluate, losses)
     analysis.update(layer_roles=layer_roles(role_rows), redundancy=similar)
     analysis["cost"]["total_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / files["markdown"]).write_text(markdown(analysis))
@@ -138,9 +147,9 @@ def analyze(
     return analysis, out
 
 
-def planned_models(heads, best: dict, norm: dict, plan: dict, grid: list[float]) -> set[frozenset]:
+def planned_models(best: dict, norm: dict, plan: dict, grid: list[float]) -> set[frozenset]:
     """Every distinct set of removed heads the analysis will decode (for the time estimate)."""
-    planned = {frozenset()} | {frozenset([h]) for h in heads}
+    planned = {frozenset()}
     planned |= {frozenset((kind, layer, h) for h in range(norm[kind].size(1)) if h != b)
                 for (kind, layer), b in best.items()}
     for p in plan.values():
@@ -151,7 +160,7 @@ def planned_models(heads, best: dict, norm: dict, plan: dict, grid: list[float])
 
 def analysis_record(run, split: str, settings: dict, full: dict, raw: dict, norm: dict, single: list,
                     best_only: list, grid: list[float], pruning: dict, role_rows: list[dict], maps: list[dict],
-                    files: dict, evaluate: Evaluator) -> dict:
+                    files: dict, evaluate: Evaluator, losses: LossEvaluator) -> dict:
     """analysis.json: everything the analysis found, with how it was measured."""
     results, model_cfg = run.results, run.results["config"]["model"]
     return {
@@ -177,7 +186,8 @@ def analysis_record(run, split: str, settings: dict, full: dict, raw: dict, norm
         "kinds": kind_sensitivity(raw, pruning, grid, full["bleu"]),
         "files": files,
         "cost": {"decodes": evaluate.decodes, "decode_seconds": round(evaluate.seconds, 1),
-                 "seconds_per_decode": round(evaluate.seconds / max(evaluate.decodes, 1), 2)},
+                 "seconds_per_decode": round(evaluate.seconds / max(evaluate.decodes, 1), 2),
+                 "loss_passes": losses.forwards, "loss_seconds": round(losses.seconds, 1)},
     }
 
 
@@ -193,18 +203,17 @@ def check_arguments(step: float, random_orders: int, max_sentences: int, pos_thr
             raise AnalysisError(f"{name} must be in [0, 1], got {t}")
 
 
-def head_ablations(evaluate: Evaluator, heads, best: dict, norm: dict, full: dict) -> tuple[list, list]:
-    """Michel's Tables 1 and 2: each head removed alone; each layer reduced to its most important head."""
-    single = []
-    for kind, layer, h in heads:
-        r = evaluate([(kind, layer, h)])
-        single.append({"kind": kind, "layer": layer, "head": h, "bleu": r["bleu"], "loss": r["loss"],
-                       "delta_bleu": r["bleu"] - full["bleu"], "delta_loss": r["loss"] - full["loss"]})
+def head_ablations(evaluate: Evaluator, losses: LossEvaluator, heads, best: dict, norm: dict,
+                   full: dict) -> tuple[list, list]:
+    """Michel's Tables 1 and 2: each head removed alone (loss over the split: no decoding); each layer
+    reduced to its most important head (that loss, and BLEU on the decoded sentences)."""
+    single = [{"kind": kind, "layer": layer, "head": h, **losses([(kind, layer, h)])} for kind, layer, h in heads]
     best_only = []
     for (kind, layer), b in best.items():
-        r = evaluate([(kind, layer, h) for h in range(norm[kind].size(1)) if h != b])
-        best_only.append({"kind": kind, "layer": layer, "kept_head": b, "bleu": r["bleu"], "loss": r["loss"],
-                          "delta_bleu": r["bleu"] - full["bleu"], "delta_loss": r["loss"] - full["loss"]})
+        removed = [(kind, layer, h) for h in range(norm[kind].size(1)) if h != b]
+        r = evaluate(removed)
+        best_only.append({"kind": kind, "layer": layer, "kept_head": b, "bleu": r["bleu"],
+                          "delta_bleu": r["bleu"] - full["bleu"], **losses(removed)})
 
     return single, best_only
 
@@ -244,7 +253,7 @@ def pruning_curves(evaluate: Evaluator, plan: dict, grid: list[float], full: dic
 
 
 def role_table(acc, norm: dict, raw: dict, single: list, pos_threshold: float, rare_threshold: float) -> list[dict]:
-    """One row per head: importance, the BLEU change when it alone is removed, role metrics, a role label."""
+    """One row per head: importance, the loss change when it alone is removed, role metrics, a role label."""
     single_by_head = {(s["kind"], s["layer"], s["head"]): s for s in single}
     role_rows = []
     for kind in ATTENTION_KINDS:
@@ -255,7 +264,7 @@ def role_table(acc, norm: dict, raw: dict, single: list, pos_threshold: float, r
                 role_rows.append({
                     "kind": kind, "layer": layer, "head": h,
                     "importance": float(norm[kind][layer, h]), "importance_raw": float(raw[kind][layer, h]),
-                    "delta_bleu": single_by_head[(kind, layer, h)]["delta_bleu"], **m,
+                    "delta_loss": single_by_head[(kind, layer, h)]["delta_loss"], **m,
                     "role": role_label(m["prev"], m["next"], m["rare"], pos_threshold, rare_threshold),
                 })
     return role_rows
@@ -267,10 +276,10 @@ def write_plots(out: Path, files: dict, norm: dict, single: list, pruning: dict,
     plot_layer_head_maps({k: v.tolist() for k, v in norm.items()},
                          "head importance E|dL/dxi|, each layer normalised by its l2 norm", out / files["importance"],
                          "viridis")
-    plot_layer_head_maps({kind: [[single_by_head[(kind, l, h)]["delta_bleu"] for h in range(norm[kind].size(1))]
+    plot_layer_head_maps({kind: [[single_by_head[(kind, l, h)]["delta_loss"] for h in range(norm[kind].size(1))]
                                  for l in range(norm[kind].size(0))] for kind in ATTENTION_KINDS},
-                         "BLEU change when one head is removed", out / files["ablation"], "RdBu", "{:+.2f}",
-                         center=True)
+                         "loss change (nats per token, whole split) when one head is removed", out / files["ablation"],
+                         "RdBu_r", "{:+.3f}", center=True)
     plot_pruning(pruning, grid, full["bleu"], tolerance, out / files["pruning"])
     plot_importance_vs_confidence(role_rows, out / files["importance_vs_confidence"])
 
@@ -318,9 +327,9 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
             columns=["kind", "layer", "head", "importance_raw", "importance_normalised"],
             data=[[k, l, h, imp["raw"][k][l][h], imp["normalised"][k][l][h]]
                   for k in ATTENTION_KINDS for l in range(len(imp["raw"][k])) for h in range(len(imp["raw"][k][l]))])
-        cols = ["kind", "layer", "head", "bleu", "loss", "delta_bleu", "delta_loss"]
+        cols = ["kind", "layer", "head", "loss", "delta_loss", "delta_loss_se"]
         payload["analysis/single_head"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["single_head"]])
-        cols = ["kind", "layer", "kept_head", "bleu", "loss", "delta_bleu", "delta_loss"]
+        cols = ["kind", "layer", "kept_head", "bleu", "delta_bleu", "loss", "delta_loss", "delta_loss_se"]
         payload["analysis/best_head_only"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["best_head_only"]])
         rows = []
         for pool, p in a["pruning"]["pools"].items():
@@ -330,7 +339,7 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
                              rnd["bleu_mean"][i] if rnd["runs"] else None, rnd["bleu_sd"][i] if rnd["runs"] else None])
         payload["analysis/pruning"] = wandb.Table(
             columns=["pool", "fraction", "n_removed", "bleu", "loss", "random_bleu_mean", "random_bleu_sd"], data=rows)
-        cols = ["kind", "layer", "head", "importance", "delta_bleu", *METRICS, "role"]
+        cols = ["kind", "layer", "head", "importance", "delta_loss", *METRICS, "role"]
         payload["analysis/roles"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["roles"]["heads"]])
         run.log(payload)
         run.summary.update({"analysis/bleu_full": a["full"]["bleu"], "analysis/loss_full": a["full"]["loss"],
@@ -349,10 +358,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ckpt", required=True, help="a checkpoint file or a run directory (its checkpoints/last.ckpt)")
     p.add_argument("--split", default=DEFAULTS["split"], help="the run's split, or another local file pair")
     p.add_argument("--max-sentences", type=int, default=DEFAULTS["max_sentences"],
-                   help="decode the first N sentences for each ablation and pruning step (0 = all). Each of the "
-                        "~230 distinct models of the default 72-head model decodes them once (capped at twice the "
-                        "source length): 300 had not finished after 16.5 min on a 2-core AVX2 CPU; importance and "
-                        "roles always use the whole split")
+                   help="decode the first N sentences for each pruning step and best-head-only model (0 = all). "
+                        "At the defaults the 72-head model has 78 such models, each decoding them once (capped at "
+                        "twice the source length); importance, roles and the single-head losses always use the "
+                        "whole split")
     p.add_argument("--random-orders", type=int, default=DEFAULTS["random_orders"],
                    help="random pruning orders per pool, the baseline (0 = none)")
     p.add_argument("--step", type=float, default=DEFAULTS["step"], help="fraction of the pool removed per pruning step")

@@ -169,7 +169,7 @@ def _twin_words(analyses: list[dict]) -> list[str]:
     per_kind: dict[str, list[float]] = {}
     for a in analyses:
         for kind, k in a.get("redundancy", {}).get("kinds", {}).items():
-            rho = k["twin_vs_bleu_lost"]["spearman_rho"]
+            rho = k["twin_vs_loss_increase"]["spearman_rho"]
             if rho is not None and not math.isnan(rho):
                 per_kind.setdefault(kind, []).append(rho)
     if not per_kind:
@@ -177,7 +177,8 @@ def _twin_words(analyses: list[dict]) -> list[str]:
     said = ", ".join(f"{KIND_NAMES[kind]} {statistics.fmean(r):+.2f}" + (f" ± {statistics.stdev(r):.2f}" if len(r) > 1 else "")
                      + f" (n = {len(r)})" for kind, r in per_kind.items())
     return ["Does redundancy predict cheap pruning? Spearman's ρ between a head's JS to its nearest twin and the "
-            f"BLEU lost when it alone is removed, mean ± sd over runs: {said} (ρ > 0: heads with a near twin cost less)."]
+            f"loss increase when it alone is removed (whole split), mean ± sd over runs: {said} (ρ > 0: heads with a "
+            "near twin cost less)."]
 
 
 def _plot_curves(groups: dict[float, list[dict]], grid: list[float], out_dir: Path) -> Path:

@@ -52,9 +52,10 @@ def gated(net: Transformer, pruned: Iterable[Head]):
     return attention_switches(net, gates)
 
 
-def sentence_losses(net: Transformer, batch: dict, pad_id: int) -> Tensor:
-    """Teacher-forced loss of each sentence, (B,): the sum of its target tokens' NLL, no smoothing."""
-    memory, src_pad = net.encode(batch["src"])
+def sentence_losses(net: Transformer, batch: dict, pad_id: int, encoded: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Teacher-forced loss of each sentence, (B,): the sum of its target tokens' NLL, no smoothing.
+    `encoded`: the batch's (memory, source padding) from net.encode, when already computed."""
+    memory, src_pad = encoded if encoded is not None else net.encode(batch["src"])
     hidden = net.decode_hidden(batch["tgt_in"], memory, src_pad)  # (B, T, d_model)
     real = batch["tgt_out"].ne(pad_id)
     # Logits of the real tokens only: the padded (B, T, vocab) block would be mostly wasted memory.

@@ -38,9 +38,11 @@ def _importance_md(a: dict) -> list[str]:
         f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.", "",
         f"Full model on the first {s['sentences_decoded']} sentences ({s.get('decoding', 'greedy')}): "
         f"**BLEU {full['bleu']:.2f}**, "
-        f"chrF {full['chrf']:.2f}, loss {full['loss']:.3f} ({s['loss']}). Every ablation below decodes these "
-        f"same sentences; importance and roles use all {s['sentences_importance']} sentences of the split. "
-        f"Cost: {a['cost']['decodes']} decodes, {a['cost']['seconds_per_decode']} s each, "
+        f"chrF {full['chrf']:.2f}, loss {full['loss']:.3f}; loss {_f(full.get('split_loss'), '{:.3f}')} over the "
+        f"whole split ({s['loss']}). Every pruned model below decodes these same sentences; importance, roles and "
+        f"single-head losses use all {s['sentences_importance']} sentences of the split. "
+        f"Cost: {a['cost']['decodes']} decodes, {a['cost']['seconds_per_decode']} s each; "
+        f"{a['cost'].get('loss_passes', 0)} loss passes, {a['cost'].get('loss_seconds', 0)} s in all; "
         f"{a['cost']['total_seconds'] / 60:.1f} min in all.", "",
         "## Head importance (Michel et al. 2019)", "",
         f"I_h = E_x |∂L(x)/∂ξ_h| at ξ = 1, L(x) the sentence's summed token NLL. **Normalised: {NORMALISATION}**, "
@@ -63,22 +65,25 @@ def _ablation_md(a: dict) -> list[str]:
     single = {(r["kind"], r["layer"], r["head"]): r for r in a["single_head"]}
     lines = [
         "## Removing one head (Michel et al., Table 1)", "",
-        f"BLEU change (loss change in brackets) when only that head is removed; full model BLEU {full['bleu']:.2f}.", "",
+        "Change of the teacher-forced loss (nats per target token, over every sentence of the split) when only "
+        f"that head is removed, ± its standard error over sentences (paired); full model {_f(full.get('split_loss'), '{:.3f}')}. "
+        "Loss, not BLEU: one head moves BLEU on a few hundred decoded sentences by less than its noise.", "",
         f"![ablation]({a['files']['ablation']})", "",
     ]
     for kind in ATTENTION_KINDS:
         lines += [f"**{KIND_NAMES[kind]}**", ""]
         lines += _table(["layer"] + [f"h{h}" for h in range(n_heads)],
-                        [[l] + [f"{single[(kind, l, h)]['delta_bleu']:+.2f} ({single[(kind, l, h)]['delta_loss']:+.3f})"
+                        [[l] + [f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}"
                                 for h in range(n_heads)] for l in range(n_layers)])
     lines += [
         "## Keeping only the most important head of a layer (Michel et al., Table 2)", "",
         "All heads of one layer removed except the one with the highest importance (Michel tried every head "
-        "and kept the best by BLEU; we take the importance ranking, one decode per layer).", "",
+        "and kept the best by BLEU; we take the importance ranking, one decode per layer). BLEU on the decoded "
+        "sentences, loss over the whole split.", "",
     ]
-    lines += _table(["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss"],
+    lines += _table(["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss ± se"],
                     [[KIND_NAMES[r["kind"]], r["layer"], r["kept_head"], f"{r['bleu']:.2f}", f"{r['delta_bleu']:+.2f}",
-                      f"{r['loss']:.3f}", f"{r['delta_loss']:+.3f}"] for r in a["best_head_only"]])
+                      f"{r['loss']:.3f}", f"{r['delta_loss']:+.3f} ± {r['delta_loss_se']:.3f}"] for r in a["best_head_only"]])
     return lines
 
 
@@ -135,9 +140,9 @@ def _roles_md(a: dict) -> list[str]:
         "Counts: " + ", ".join(f"{k}: {v}" for k, v in a["roles"]["counts"].items()), "",
         f"![importance vs confidence]({a['files']['importance_vs_confidence']})", "",
     ]
-    lines += _table(["attention", "layer", "head", "importance", "ΔBLEU alone", "confidence", "entropy",
+    lines += _table(["attention", "layer", "head", "importance", "Δloss alone", "confidence", "entropy",
                      "prev", "next", "rare", "role"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], r["head"], f"{r['importance']:.2f}", f"{r['delta_bleu']:+.2f}",
+                    [[KIND_NAMES[r["kind"]], r["layer"], r["head"], f"{r['importance']:.2f}", f"{r['delta_loss']:+.3f}",
                       _f(r["confidence"]), _f(r["entropy"]), _f(r["prev"], "{:.0%}"), _f(r["next"], "{:.0%}"),
                       _f(r["rare"], "{:.0%}"), r["role"]] for r in a["roles"]["heads"]])
     return lines
@@ -183,14 +188,14 @@ def _redundancy_md(a: dict) -> list[str]:
              "Jensen-Shannon divergence between two heads' attention distributions (bits, 0 = identical, 1 = disjoint), "
              f"averaged over the query tokens of the decoded sentences; heads clustered by average linkage, groups "
              f"at most {red['threshold_bits']:g} bits apart named (`--redundancy-threshold`). ρ: Spearman correlation "
-             "between a head's JS to its nearest twin and the BLEU lost when it alone is removed (ρ > 0: heads with a "
+             "between a head's JS to its nearest twin and the loss increase when it alone is removed (ρ > 0: heads with a "
              "near twin cost less to remove).", "", f"![redundancy]({a['files']['redundancy']})", ""]
     rows = []
     for kind, k in red["kinds"].items():
-        c = k["twin_vs_bleu_lost"]
+        c = k["twin_vs_loss_increase"]
         rows.append([KIND_NAMES[kind], f"{k['mean_js_bits']:.2f}", len(k["groups"]),
                      "; ".join(", ".join(g) for g in k["groups"]) or "–", f"{c['spearman_rho']:+.2f}", _f(c["p"], "{:.3f}")])
-    return lines + _table(["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs BLEU lost", "p"], rows)
+    return lines + _table(["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs loss increase", "p"], rows)
 
 
 def _maps_md(a: dict) -> list[str]:
@@ -204,8 +209,8 @@ def _maps_md(a: dict) -> list[str]:
 
 def summary(a: dict, out: Path) -> str:
     full, pools, s = a["full"], a["pruning"]["pools"], a["settings"]
-    single = sorted(a["single_head"], key=lambda r: r["delta_bleu"])
-    fmt = lambda r: f"{r['kind']} L{r['layer']}H{r['head']} {r['delta_bleu']:+.2f}"  # noqa: E731
+    single = sorted(a["single_head"], key=lambda r: -r["delta_loss"])
+    fmt = lambda r: f"{r['kind']} L{r['layer']}H{r['head']} {r['delta_loss']:+.3f}"  # noqa: E731
     roles = a["roles"]["heads"]
     lines = [
         "",
@@ -222,8 +227,8 @@ def summary(a: dict, out: Path) -> str:
         lines.append(f"    {KIND_NAMES[kind]:<26} L{hi['layer']}H{hi['head']} {hi['importance']:.2f} / "
                      f"L{lo['layer']}H{lo['head']} {lo['importance']:.2f}")
     lines += [
-        "  removing one head: worst " + ", ".join(fmt(r) for r in single[:3])
-        + "; best " + ", ".join(fmt(r) for r in single[-2:]),
+        "  removing one head (loss change over the split, nats/token): worst " + ", ".join(fmt(r) for r in single[:3])
+        + "; least " + ", ".join(fmt(r) for r in single[-2:]),
         f"  prunable within {s['tolerance']:g} BLEU (importance order / random mean):",
     ]
     for pool in POOLS:

@@ -38,7 +38,7 @@ from headsweep.training.runs import RunError, load_run, read_results
 from headsweep.training.train import train
 
 log = logging.getLogger("headsweep.prune")
-DEFAULTS = dict(lambdas=(0.01, 0.03, 0.1), steps=300, peak_lr=5e-4, gate_lr=0.05, max_sentences=0)
+DEFAULTS = dict(lambdas=(0.0, 0.01, 0.03, 0.1), steps=300, peak_lr=5e-4, gate_lr=0.05, max_sentences=0)
 
 
 def finetune_config(results: dict, checkpoint: Path, out_dir: Path, lam: float, steps: int, peak_lr: float,
@@ -157,6 +157,13 @@ def markdown(record: dict) -> str:
              f"gate LR {record['gate_lr']:g}. Michel: {record['importance']}, no fine-tuning.", "",
              "| lambda | heads kept | enc self | dec self | cross | BLEU concrete | BLEU Michel, same counts "
              "| kept among the most important (enc/dec/cross) |", "|---|---|---|---|---|---|---|---|"]
+    control = [r for r in record["rows"] if r["lambda"] == 0]
+    if control:  # the concrete models had extra training steps that Michel's did not
+        bleu = control[0]["concrete"]["bleu"]
+        lines[4:4] = [f"lambda 0 is the control: the same fine-tuning with gates and no penalty, {bleu:.2f} BLEU "
+                      f"({bleu - full:+.2f} against the model it started from), which is what the fine-tuning alone "
+                      "gives; compare the concrete models with it, and Michel's (not fine-tuned) with the full "
+                      "model.", ""]
     for r in record["rows"]:
         k, top = r["kept_per_kind"], r["kept_among_most_important"]
         share = " / ".join("-" if top[x] is None else f"{top[x]:.0%}" for x in ATTENTION_KINDS)
@@ -192,7 +199,7 @@ def plot(record: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a finished run directory or checkpoint (trained without gates)")
-    p.add_argument("--lambdas", type=float, nargs="+", default=list(DEFAULTS["lambdas"]), help="L0 penalty weights")
+    p.add_argument("--lambdas", type=float, nargs="+", default=list(DEFAULTS["lambdas"]), help="L0 penalty weights; 0 is the control (fine-tuning with gates, no penalty)")
     p.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="fine-tuning steps per lambda")
     p.add_argument("--split", default=None, help="evaluation split (default: the run's test split)")
     p.add_argument("--peak-lr", type=float, default=DEFAULTS["peak_lr"], help="fine-tuning peak learning rate")

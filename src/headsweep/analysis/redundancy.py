@@ -85,21 +85,21 @@ def nearest_twin(js: Tensor) -> Tensor:
 
 def redundancy(js: dict[str, Tensor], heads: int, single: list[dict], threshold: float) -> dict:
     """Per kind: the JS matrix, the clustering order, near-duplicate groups, and the rank correlation
-    between each head's nearest-twin JS and the BLEU lost when it alone is removed."""
-    delta = {(s["kind"], s["layer"], s["head"]): s["delta_bleu"] for s in single}
+    between each head's nearest-twin JS and the loss increase when it alone is removed (over the split)."""
+    delta = {(s["kind"], s["layer"], s["head"]): s["delta_loss"] for s in single}
     out = {"threshold_bits": threshold, "kinds": {}}
     for kind, m in js.items():
         layers = m.size(0) // heads
         names = head_names(layers, heads)
         order, groups = cluster(m, threshold)
         twin = nearest_twin(m.clone()).tolist()
-        lost = [-delta[(kind, i // heads, i % heads)] for i in range(m.size(0))]
+        lost = [delta[(kind, i // heads, i % heads)] for i in range(m.size(0))]
         rho, p = spearmanr(twin, lost) if m.size(0) > 2 else (float("nan"), float("nan"))
         out["kinds"][kind] = {
             "names": names, "js_bits": m.tolist(), "order": order,
             "groups": [[names[i] for i in g] for g in groups],
             "nearest_twin_bits": twin,
             "mean_js_bits": float(m.sum() / max(m.numel() - m.size(0), 1)),
-            "twin_vs_bleu_lost": {"spearman_rho": float(rho), "p": float(p), "n": m.size(0)},
+            "twin_vs_loss_increase": {"spearman_rho": float(rho), "p": float(p), "n": m.size(0)},
         }
     return out
