@@ -32,7 +32,7 @@ def test_heads_specialise_analyses_every_job(tmp_path):
     assert [j.cell for j in sweep.jobs[:3]] == ["h8-dk32-dv32-head_dropout0", "h8-dk32-dv32-head_dropout0.1",
                                                 "h8-dk32-dv32-head_dropout0.2"] and len(sweep.jobs) == 6
     cfg = compose([*sweep.common, *sweep.jobs[2].overrides])
-    assert cfg.model.head_dropout == 0.2 and cfg.analysis.step == 0.1 and cfg.analysis.split == "val"
+    assert cfg.model.head_dropout == 0.2 and cfg.analysis.step == 0.2 and cfg.analysis.split == "val"
 
 
 @pytest.mark.parametrize("path", SPECS, ids=NAMES)
