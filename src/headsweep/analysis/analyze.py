@@ -16,7 +16,7 @@ For one trained model, over one split (val by default):
               (headsweep.analysis.roles), a dominant role at the given thresholds, importance against
               confidence, and per layer the share of heads with each role, mean entropy and distance.
 - redundancy  Jensen-Shannon divergence between every two heads of a kind on the decoded sentences
-              (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs the loss lost.
+              (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs the loss increase.
 - maps        attention heat maps (layers x heads per kind) of chosen sentences.
 
 Importance, roles and the single-head losses use every sentence of the split (one pass each). Every
