@@ -64,9 +64,10 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
-sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation JOBS=2 LAUNCHER=.. DRY=1]
+sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation JOBS=2 LAUNCHER=.. ONLY='*-s3' DRY=1]
 	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
-		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
+		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
+		$(if $(DRY),--dry) $(ARGS)
 
 report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)

@@ -216,6 +216,37 @@ def test_resume_skips_finished_jobs_and_reruns_unfinished_ones(tmp_path, monkeyp
     assert "nothing to run" in capsys.readouterr().out
 
 
+def test_only_runs_the_matching_jobs_and_the_full_command_the_rest(tmp_path, monkeypatch, capsys):
+    full = S.plan("table3_e", seeds=2, root=tmp_path)
+    sweep = S.plan("table3_e", seeds=2, root=tmp_path, only=["*-s2"])
+    assert [j.name for j in sweep.jobs] == [j.name for j in full.jobs]  # same names and dirs as the full sweep
+    second = [j.name for j in full.jobs if j.seed == 2]
+    assert S.run(sweep, dry=True) == 0
+    listed = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert [name for state, name in listed if state == "later"] == [j.name for j in full.jobs if j.seed == 1]
+    launched = []
+
+    def fake_multirun(cmd, **kwargs):
+        names = next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        launched.append(names)
+        for name in names:
+            fake_results(sweep.dir / name)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
+    assert S.run(sweep) == 0 and launched == [second]
+    assert f"({len(second)} more left out by --only)" in capsys.readouterr().out
+    assert S.run(sweep) == 0 and len(launched) == 1  # every selected job is complete: nothing runs
+    assert S.run(S.plan("table3_e", seeds=2, root=tmp_path)) == 0
+    assert launched[1] == [j.name for j in full.jobs if j.seed == 1]  # the full command runs only the rest
+
+
+def test_only_matching_no_job_stops_with_one_line(tmp_path, capsys, no_launch):
+    assert S.main(["--sweep", "table3_e", "--seeds", "1", "--root", str(tmp_path), "--only", "*-s1,h3-*"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --only 'h3-*' matches none of table3_e's jobs") and "\n" not in err
+
+
 def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
     sweep = S.plan("table3_e", seeds=2, root=tmp_path)
 

@@ -1,7 +1,7 @@
 """Run one Table 3 ablation as a Hydra multirun: `make sweep SWEEP=table3_a [SEEDS=3 BUDGET=short ...]`.
 
     python -m headsweep.experiments.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
-                              [--scale paper] [--dry] [hydra overrides for every job]
+                              [--scale paper] [--only 'h1-*,*-s3'] [--dry] [hydra overrides for every job]
 
 The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys
 (so `wandb sweep` + `wandb agent` run the same grid online). Each job (grid cell x seed 1..N) is one
@@ -25,6 +25,10 @@ Resume: a job with a complete results.json (and its analysis, where the sweep an
 trained job whose analysis was cut short only analyses; an unfinished job with a checkpoint continues from
 it (headsweep.resume); one without is moved to multirun/<sweep>/.incomplete/ and runs again from scratch.
 
+Part of a sweep: --only runs the jobs whose names match one of its comma-separated globs (e.g. the jobs
+that reuse another sweep's checkpoints while they are on this machine, or one seed); the rest wait for a
+later run of the full command. Names and outputs are the full sweep's.
+
 Cores: --jobs N runs N jobs at once (Hydra's joblib launcher) with cores / N torch threads each, set
 before torch starts (OMP_NUM_THREADS) and recorded in results.json.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import fnmatch
 import json
 import os
 import re
@@ -96,6 +101,10 @@ class Sweep:
     common: list[str]         # overrides of every job
     jobs: list[Job] = field(default_factory=list)
     threads: int | None = None  # torch threads per job (--jobs)
+    only: list[str] = field(default_factory=list)  # globs on job names (--only); empty: every job
+
+    def selects(self, job: Job) -> bool:
+        return not self.only or any(fnmatch.fnmatchcase(job.name, g) for g in self.only)
 
 
 # ----------------------------------------------------------------------------- composing the jobs
@@ -113,7 +122,7 @@ def default_jobs(cores: int) -> int:
 
 def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
          specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
-         jobs: int | None = 1, cores: int | None = None) -> Sweep:
+         jobs: int | None = 1, cores: int | None = None, only: list[str] = ()) -> Sweep:
     """Every job of the sweep, each grid cell composed and its model built (on the meta device) first,
     so a bad key or value stops the sweep before any job starts."""
     spec, path = load_spec(name, specs_dir)
@@ -173,7 +182,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
-    sweep = Sweep(name, path, root / name, common, threads=threads)
+    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only))
     finished_elsewhere = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags, analysis)) in enumerate(zip(cells, labels, flats)):
@@ -190,6 +199,9 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
                 if job.same_as is None and analysis is not None:
                     job.trained_as = trained_run(job, flat, finished_elsewhere)
             sweep.jobs.append(job)
+    if unmatched := [g for g in sweep.only if not any(fnmatch.fnmatchcase(j.name, g) for j in sweep.jobs)]:
+        raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs "
+                         f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?")
     return sweep
 
 
@@ -378,7 +390,7 @@ def adopt_trained(sweep: Sweep, out) -> None:
     checkpoints hard-linked, as their own: in the launcher, `train` finds it complete and the job only
     analyses it."""
     for j in sweep.jobs:
-        if j.trained_as is not None and not j.done and not j.dir.exists():
+        if j.trained_as is not None and not j.done and not j.dir.exists() and sweep.selects(j):
             adopt_run(j.trained_as, j.dir, sweep=sweep.name, run_name=j.name, tags=j.tags, analysis=j.analysis)
             print(f"  {j.name}: the model of {j.trained_as}, trained with the same settings and seed: analysed, "
                   "not trained again", file=out)
@@ -392,13 +404,16 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
         share_identical(sweep, out)
         adopt_trained(sweep, out)
     done = {j.name for j in sweep.jobs if j.done}
-    todo = [j for j in sweep.jobs if j.name not in done and not (dry and j.same_as)]
-    print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run; "
-          f"every job: {' '.join(sweep.common)}", file=out)
+    pending = [j for j in sweep.jobs if j.name not in done and not (dry and j.same_as)]
+    todo = [j for j in pending if sweep.selects(j)]
+    later = "" if len(todo) == len(pending) else f" ({len(pending) - len(todo)} more left out by --only)"
+    print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run"
+          f"{later}; every job: {' '.join(sweep.common)}", file=out)
     if dry:
         width = max(len(j.name) for j in sweep.jobs)
         for j in sweep.jobs:
-            state = "done  " if j.name in done else "copy  " if j.same_as else "reuse " if j.trained_as else "to run"
+            state = ("done  " if j.name in done else "later " if not sweep.selects(j) else "copy  " if j.same_as
+                     else "reuse " if j.trained_as else "to run")
             print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
                   + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")
                   + (f"  (analyses the model of {j.trained_as})" if j.trained_as and j.name not in done else ""),
@@ -407,7 +422,8 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
             print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
         return 0
     if not todo:
-        print(f"nothing to run: every job is complete. Next: make report SWEEP={sweep.name}", file=out)
+        print(f"nothing to run: every job{' --only selects' if later else ''} is complete. "
+              f"Next: make report SWEEP={sweep.name}", file=out)
         return 0
 
     held = lock(sweep.dir)
@@ -439,7 +455,7 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     ran_ok = [j for j in todo if j.done]
     failed = [j for j in todo if not j.done]
     print(f"\nsweep {sweep.name}: {len(ran_ok)} done, {len(done)} skipped (already complete), "
-          f"{len(failed)} failed (hydra exit status {rc})", file=out)
+          f"{len(failed)} failed (hydra exit status {rc}){later}", file=out)
     for j in failed:
         print(f"  failed {j.name}: {failure(j)}", file=out)
     print("rerun the same command to retry the failed jobs; " if failed else "", end="", file=out)
@@ -456,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
     parser.add_argument("--scale", choices=["small", "paper"], default="small",
                         help="paper: sweeps/<sweep>_paper.yaml, the paper's model sizes (for a GPU)")
+    parser.add_argument("--only", default="",
+                        help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'")
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
     parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs go")
     parser.add_argument("--results", type=Path, default=Path("results"),
@@ -469,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
     try:
         sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
-                     root=args.root, results=args.results, jobs=args.jobs)
+                     root=args.root, results=args.results, jobs=args.jobs,
+                     only=[g.strip() for g in args.only.split(",") if g.strip()])
         return run(sweep, args.dry)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
