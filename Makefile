@@ -30,7 +30,9 @@ RESUME ?=
 .PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze prune clean
 
 help:  ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
+	@if [ -t 1 ]; then on='\033[36m'; off='\033[0m'; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-10s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
