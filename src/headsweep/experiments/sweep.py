@@ -412,7 +412,8 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     if dry:
         width = max(len(j.name) for j in sweep.jobs)
         for j in sweep.jobs:
-            state = ("done  " if j.name in done else "later " if not sweep.selects(j) else "copy  " if j.same_as
+            # a copy is not a run: the real run makes it whatever --only selects
+            state = ("done  " if j.name in done else "copy  " if j.same_as else "later " if not sweep.selects(j)
                      else "reuse " if j.trained_as else "to run")
             print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
                   + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")
