@@ -15,7 +15,7 @@ from headsweep.config import compose
 from headsweep.experiments import evaluate
 from headsweep.training import averaging
 from headsweep.training.averaging import average_state_dicts
-from headsweep.training.runs import load_datamodule, load_module
+from headsweep.training.runs import load_datamodule, load_module, load_run
 from headsweep.training.train import train
 
 from conftest import DATA
@@ -26,12 +26,14 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found a
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A tiny finished run with 3 epoch checkpoints, trained with average_last=2."""
+    """A tiny finished run trained with average_last=2, checkpoints every 6 steps of its 20 (the last 3 kept),
+    so training ends between two of them as a max_time cap or an ablation budget's 1,150 steps do."""
     out = tmp_path_factory.mktemp("eval") / "run"
     cfg = compose([
         "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
         "data.limit_train=200", f"data.limit_eval={N_EVAL}", "data.vocab_size=300", "data.max_tokens=1024",
         "trainer.max_steps=20", "module.warmup_steps=4", "callbacks.checkpoint.save_top_k=3",
+        "callbacks.checkpoint.every_n_train_steps=6", "callbacks.checkpoint.every_n_epochs=null",
         "logger.wandb.mode=disabled", "average_last=2",
     ])
     train(cfg)
@@ -69,6 +71,27 @@ def test_average_state_dicts_is_the_mean(tmp_path):
     mean = average_state_dicts([tmp_path / "a.ckpt", tmp_path / "b.ckpt"])
     assert torch.equal(mean["w"], torch.tensor([2.0, 0.0])) and torch.equal(mean["b"], torch.tensor([1.0]))
     assert torch.equal(mean["n"], torch.tensor([3]))  # integer buffers are not averaged
+
+
+def test_the_weights_training_ended_with_are_checkpointed(run):
+    """Lightning saves only at multiples of every_n_train_steps; the final step (20) is saved too, as a step
+    checkpoint (so averaging includes it) and as last.ckpt (what evaluation and analysis load)."""
+    assert [averaging.checkpoint_step(p) for p in step_checkpoints(run)] == [12, 18, 20]
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == results(run)["metrics"]["train/steps"] == 20
+    final = torch.load(step_checkpoints(run)[-1], map_location="cpu", weights_only=False)["state_dict"]
+    assert all(torch.equal(final[k], v) for k, v in last["state_dict"].items())
+
+
+def test_an_older_runs_earlier_last_checkpoint_is_named_when_loaded(run, tmp_path, caplog):
+    old = tmp_path / "old"
+    shutil.copytree(run, old, ignore=shutil.ignore_patterns("wandb"))
+    shutil.copy(old / "checkpoints" / "step000018.ckpt", old / "checkpoints" / "last.ckpt")
+    load_run(old)
+    assert "holds step 18 but the run trained 20 steps" in caplog.text
+    caplog.clear()
+    load_run(run)
+    assert "holds step" not in caplog.text
 
 
 def test_training_scores_the_averaged_checkpoints(run):

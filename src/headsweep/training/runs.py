@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
+import torch
 
 from headsweep.data.files import atomic_write
 from headsweep.training.module import TranslationModule
@@ -138,7 +140,21 @@ def load_run(ckpt: str | Path) -> FinishedRun:
     datamodule.setup()
     module = load_module(path)
     check_vocabulary(module, datamodule)
+    warn_if_not_final(path, results)
     return FinishedRun(path, run_dir, results, module, datamodule)
+
+
+def warn_if_not_final(path: Path, results: dict) -> None:
+    """Runs trained before the final step was checkpointed (FinalStepCheckpoint) kept an earlier step as
+    last.ckpt: what loads it then describes other weights than the run's scores. Say so, once."""
+    trained = results.get("metrics", {}).get("train/steps")
+    if path.name != "last.ckpt" or trained is None:
+        return
+    step = torch.load(path, map_location="cpu", mmap=True, weights_only=False).get("global_step")
+    if step is not None and step != int(trained):
+        logging.getLogger("headsweep.runs").warning(
+            "%s holds step %d but the run trained %d steps and its results.json scores step %d (a run from before "
+            "the final step was checkpointed): what follows describes step %d", path, step, int(trained), int(trained), step)
 
 
 def check_vocabulary(module, datamodule) -> None:

@@ -1,0 +1,22 @@
+"""Lightning callbacks the stock ones lack."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+
+
+class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
+    """Lightning's ModelCheckpoint that also saves the weights training ends with.
+
+    With `every_n_train_steps=n`, Lightning saves (step*.ckpt and last.ckpt) only at multiples of n, and
+    its `on_train_end` saves last.ckpt only if none was ever saved: a run ending at step 1,150 (max_steps)
+    or anywhere (max_time) kept step 1,100 as last.ckpt while its scores came from step 1,150, and the
+    analysis, evaluation and averaging that read checkpoints worked on other weights than the run scored.
+    """
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if not self._should_skip_saving_checkpoint(trainer):  # skips when this step is already saved
+            candidates = self._monitor_candidates(trainer)
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
