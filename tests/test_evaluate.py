@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found a
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A tiny finished run trained with average_last=2, checkpoints every 6 steps of its 20 (the last 3 kept),
+    """A tiny finished run trained with average_last=3 of the checkpoints after 85% of the budget, checkpoints
+    every 6 steps of its 20 (the last 3 kept: steps 12, 18, 20, so only 18 and 20 are averaged),
     so training ends between two of them as a max_time cap or an ablation budget's 1,150 steps do."""
     out = tmp_path_factory.mktemp("eval") / "run"
     cfg = compose([
@@ -34,7 +35,7 @@ def run(tmp_path_factory) -> Path:
         "data.limit_train=200", f"data.limit_eval={N_EVAL}", "data.vocab_size=300", "data.max_tokens=1024",
         "trainer.max_steps=20", "module.warmup_steps=4", "callbacks.checkpoint.save_top_k=3",
         "callbacks.checkpoint.every_n_train_steps=6", "callbacks.checkpoint.every_n_epochs=null",
-        "logger.wandb.mode=disabled", "average_last=2",
+        "logger.wandb.mode=disabled", "average_last=3", "average_from=0.85",
     ])
     train(cfg)
     return out
@@ -98,7 +99,8 @@ def test_training_scores_the_averaged_checkpoints(run):
     r = results(run)
     avg, split = r["averaged"], r["config"]["data"]["test_split"]
     last_two = step_checkpoints(run)[-2:]
-    assert avg["checkpoints"] == [str(p) for p in last_two]
+    assert avg["checkpoints"] == [str(p) for p in last_two]  # step 12 (60% of the budget) left out
+    assert avg["budget_spent"] == [0.9, 1.0]
     for name in ("greedy", "beam"):
         assert avg["scores"][f"{split}.{name}"]["bleu_signature"].startswith("nrefs:1|case:mixed")
         assert len(Path(avg["hypotheses"][f"{split}.{name}"]).read_text().splitlines()) == N_EVAL

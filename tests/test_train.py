@@ -39,6 +39,8 @@ def test_bad_model_config_fails_before_data():
     cfg = compose(["model.heads=3", "paths.output_dir=/tmp/x"])
     with pytest.raises(ConfigError, match="heads=3 does not divide d_model=256: set d_k and d_v"):
         check_config(cfg)
+    with pytest.raises(ConfigError, match="average_from=1.5 is a share of the training budget"):
+        check_config(compose(["average_from=1.5", "paths.output_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match="positions must be one of"):
         check_config(compose(["model.positions=rotary", "paths.output_dir=/tmp/x"]))
 

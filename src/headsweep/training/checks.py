@@ -32,6 +32,9 @@ def check_config(cfg: DictConfig) -> None:
             Transformer(TransformerConfig(**model))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"model config: {e}") from None
+    if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
+        raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
+                          "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
     check_budget(cfg)
 
 

@@ -108,16 +108,22 @@ class TranslationModule(pl.LightningModule):
         opt = torch.optim.Adam(groups, lr=peak, betas=tuple(hp.betas), eps=hp.eps, weight_decay=hp.weight_decay)
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
         warmup_progress = hp.warmup_steps / max_steps if max_steps else 0.0
-        timer = next((cb for cb in self.trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
 
         def factor(done: int) -> float:  # the rate of step done + 1; a plain function: not saved in checkpoints
-            elapsed = timer.time_elapsed("train") if timer else 0.0
-            max_time = elapsed + timer.time_remaining("train") if timer else None
-            progress = budget_progress(done, max_steps, elapsed, max_time)
+            progress = self.budget_spent(done)
             return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress, hp.decay_fraction)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def budget_spent(self, done: int) -> float:
+        """The share of the training budget spent after `done` steps, in [0, 1]: the larger of the step and
+        the time fraction (what the schedule decays by)."""
+        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
+        timer = next((cb for cb in self.trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
+        elapsed = timer.time_elapsed("train") if timer else 0.0
+        max_time = elapsed + timer.time_remaining("train") if timer else None
+        return budget_progress(done, max_steps, elapsed, max_time)
 
     # ----- evaluation -----
     def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,
@@ -181,7 +187,9 @@ class TranslationModule(pl.LightningModule):
         # torch's RNG state too (dropout masks): a resumed run draws the masks an uninterrupted one would.
         checkpoint["headsweep"] = {"validations_done": self.validations_done, "val_bleu_step": self.val_bleu_step,
                                    "train_tokens": self.train_tokens, "train_seconds": self.train_seconds,
-                                   "torch_rng": torch.get_rng_state()}
+                                   "torch_rng": torch.get_rng_state(),
+                                   # where in the schedule these weights are: averaging picks the annealed tail
+                                   "budget_spent": self.budget_spent(self.trainer.global_step)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("headsweep", {})

@@ -61,7 +61,8 @@ def train(cfg: DictConfig) -> dict:
         averaged = None
         if cfg.get("average_last", 0) > 1 and checkpoint is not None:  # the paper averages the last 5
             averaged, avg_metrics = average_at_end(module, datamodule, Path(checkpoint.dirpath),
-                                                   cfg.average_last, resolved["trainer"]["precision"])
+                                                   cfg.average_last, resolved["trainer"]["precision"],
+                                                   cfg.get("average_from", 0.0))
             metrics.update(avg_metrics)
             for lg in loggers:
                 lg.log_metrics(avg_metrics, step=trainer.global_step)
