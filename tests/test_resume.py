@@ -5,6 +5,7 @@ import csv
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,26 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(tmp_path):
     run_id = (killed / "wandb_id").read_text().strip()
     assert results["wandb"]["run_id"] == run_id
     assert {p.name.rsplit("-", 1)[1] for p in (killed / "wandb").glob("offline-run-*")} == {run_id}
+
+
+@needs_data
+def test_resume_under_other_checkpoint_settings_still_ends_in_last_ckpt(tmp_path):
+    """Other checkpoint settings change the callback's state key, so Lightning drops its saved state on
+    resume; the run must still overwrite last.ckpt (not write last-v1.ckpt beside a stale one) and end
+    with its final step saved, or the next resume and the analysis load the step it resumed from."""
+    run = tmp_path / "run"
+    train(compose([*overrides(run, "callbacks.checkpoint.save_top_k=10"), f"paths.output_dir={run}"]))
+    ckpts = run / "checkpoints"
+    (run / "results.json").unlink()  # as if killed right after step 20's checkpoint
+    shutil.copy(ckpts / "step000020.ckpt", ckpts / "last.ckpt")
+    for p in ckpts.glob("step*.ckpt"):
+        if int(p.stem[4:]) > 20:
+            p.unlink()
+    train(compose([*overrides(run, "callbacks.checkpoint.every_n_train_steps=4"), f"paths.output_dir={run}"]))
+    assert json.loads((run / "results.json").read_text())["resumed_from_step"] == 20
+    assert sorted(p.name for p in ckpts.glob("last*.ckpt")) == ["last.ckpt"]
+    assert torch.load(ckpts / "last.ckpt", weights_only=False)["global_step"] == 40
+    assert (ckpts / "step000040.ckpt").is_file()
 
 
 @needs_data

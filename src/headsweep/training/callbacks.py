@@ -15,8 +15,9 @@ class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
     """
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        super().on_train_end(trainer, pl_module)
+        # before Lightning's own, which would save last.ckpt alone after a resume (no step checkpoint)
         if not self._should_skip_saving_checkpoint(trainer):  # skips when this step is already saved
             candidates = self._monitor_candidates(trainer)
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
+        super().on_train_end(trainer, pl_module)
