@@ -85,10 +85,11 @@ def budget_spent(path: Path) -> float:
     return ckpt.get("headsweep", {}).get("budget_spent", 1.0)
 
 
-def tail_checkpoints(ckpt_dir: Path, n: int, after: float) -> list[Path]:
-    """The last n step checkpoints written once `after` of the training budget was spent."""
+def tail_checkpoints(ckpt_dir: Path, n: int, after: float) -> dict[Path, float]:
+    """The last n step checkpoints written once `after` of the training budget was spent, with that share."""
     paths = sorted(ckpt_dir.glob("step*.ckpt"), key=lambda p: checkpoint_step(p) or -1)
-    return [p for p in paths if budget_spent(p) >= after][-n:]
+    spent = {p: budget_spent(p) for p in paths}
+    return dict([(p, s) for p, s in spent.items() if s >= after][-n:])
 
 
 def average_at_end(module, datamodule, ckpt_dir: Path, n: int, precision: str, after: float = 0.0) -> tuple[dict, dict]:
@@ -96,7 +97,8 @@ def average_at_end(module, datamodule, ckpt_dir: Path, n: int, precision: str, a
     `after` of the budget (the final step's among them), save the weights as checkpoints/averaged.ckpt,
     and score them on the test split with greedy and beam search as trainer.test scored the last
     weights. Returns (results["averaged"], test_avg/* metrics)."""
-    paths = tail_checkpoints(ckpt_dir, n, after)
+    tail = tail_checkpoints(ckpt_dir, n, after)
+    paths = list(tail)
     if len(paths) < 2:
         log.warning("average_last=%d, average_from=%g: only %d checkpoint(s) in %s, nothing to average",
                     n, after, len(paths), ckpt_dir)
@@ -107,7 +109,7 @@ def average_at_end(module, datamodule, ckpt_dir: Path, n: int, precision: str, a
     refs = datamodule.texts(split)[1]
     out_dir = ckpt_dir.parent / "hypotheses"
     entry = {"checkpoints": [str(p) for p in paths], "checkpoint": str(ckpt_dir / AVERAGED), "average_from": after,
-             "budget_spent": [round(budget_spent(p), 4) for p in paths],
+             "budget_spent": [round(s, 4) for s in tail.values()],
              "scores": {}, "hypotheses": {}}
     for name, beam in (("greedy", 1), ("beam", hp.test_beam_size)):
         hyps = translate_batches(averaged, datamodule.dataloader(split), len(refs), beam_size=beam,
