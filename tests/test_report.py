@@ -245,3 +245,34 @@ def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
     assert (tmp_path / "reports" / "table3_a-curves.png") in paths
     md = (tmp_path / "reports" / "table3_a.md").read_text()
     assert "## What the numbers say" in md and "Kendall's tau 0.33" in md and "p Holm" in md
+
+
+def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_path):
+    """heads_specialise's cells differ from the base only in head dropout (no Table 3 column) and, for runs
+    recorded by another version, in checkpoint cadence: the first must not borrow the paper's base row, the
+    second must not become a column of the table."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "results" / "heads_specialise"
+    for seed in (1, 2):
+        make_run(root, data, 8, seed, 30.0 + seed, CELLS[8]["hyps"])
+        run = make_run(root / "hd", data, 8, seed, 28.0 + seed, CELLS[4]["hyps"])
+        moved = root / f"h8-dk32-dv32-head_dropout0.1-s{seed}"
+        run.rename(moved)
+        results = json.loads((moved / "results.json").read_text())
+        cfg = results["config"]
+        cfg["model"]["head_dropout"] = 0.1
+        cfg["callbacks"]["checkpoint"]["every_n_train_steps"] = 7
+        cfg["tags"] = ["cell-h8-dk32-dv32-head_dropout0.1"]
+        results["hypotheses"]["test.beam"] = str(moved / "hypotheses" / "test.beam.en")
+        (moved / "results.json").write_text(json.dumps(results))
+    (root / "hd").rmdir()
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    R.summarize(cells, n_samples=100)
+    assert R.varied_keys(cells) == ["model.head_dropout"]
+    base, hd = cells
+    assert base.base and base.row["paper"]["row"] == "base"
+    assert hd.label == "h8-dk32-dv32-head_dropout0.1" and hd.row["paper"] is None and hd.row["paper_delta"] is None
+    assert hd.row["delta"] == pytest.approx(-2.0)

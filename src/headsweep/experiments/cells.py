@@ -69,12 +69,17 @@ def load_runs(sweep_dir: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
     return runs, unfinished
 
 
+# Settings that change how a run is recorded, not what it trains (checkpoint cadence, loggers): a cell
+# whose runs were recorded differently is still the same cell, and gets no column for it.
+BOOKKEEPING = ("module.model.", "callbacks.", "logger.")
+
+
 def varied_keys(cells: list[Cell]) -> list[str]:
     """Config keys that differ between cells and are constant within each (so not seeds), leaving out
-    per-run paths (a value naming the run's directory) and module.model (a copy of model)."""
+    per-run paths (a value naming the run's directory), module.model (a copy of model) and BOOKKEEPING."""
     keys = []
     for k in cells[0].runs[0].flat:
-        if k.startswith("module.model.") or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs):
+        if k.startswith(BOOKKEEPING) or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs):
             continue
         per_cell = [{repr(r.flat.get(k)) for r in c.runs} for c in cells]
         if all(len(v) == 1 for v in per_cell) and len(set.union(*per_cell)) > 1:

@@ -65,6 +65,9 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     paper_base = next(r for r in rows if r["row"] == "base")
     base_bleu, _ = mean_sd(base.values("test/bleu")) if base else (None, None)
     signature = None
+    # a cell that differs from the base in a setting Table 3 has no column for (head dropout, say) has no
+    # paper row, even when its Table 3 columns equal the base's
+    other_keys = [k for k in varied_keys(cells) if k not in COLUMNS] if base and len(cells) > 1 else []
     for c in cells:
         first = c.runs[0]
         row = c.row
@@ -85,7 +88,8 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
             row["p"], row["p_note"] = test["p"], test.get("note")
             row["p_seeds"] = seed_test(base.values("test/bleu"), c.values("test/bleu"))
             signature = test.get("signature") or signature
-        paper = paper_row(settings(first.flat), base_settings, rows)
+        off_table = any(first.flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
+        paper = None if off_table else paper_row(settings(first.flat), base_settings, rows)
         row["paper"] = paper
         row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
     for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
