@@ -29,12 +29,14 @@ def test_measures_by_hand():
     assert m["kept_area"] == pytest.approx(0.5)
     # layer (1, 1): entropy log 2 / log 2 = 1; layer (1, 0): all on one head = 0; mean 0.5
     assert m["evenness"] == pytest.approx(0.5)
+    assert m["importance_cv"] == pytest.approx(0.5)  # layer (1, 1): sd 0; layer (1, 0): sd 0.5 / mean 0.5 = 1
     assert m["mean_js"] == pytest.approx(0.3)
     assert (m["bleu"], m["prunable"]) == (30.0, 0.5)
     flat = C.specialisation(analysis(curve=(30.0, 30.0, 30.0), layers=((2.0, 1.0, 1.0),)))
     assert flat["kept_area"] == pytest.approx(1.0)
     p = [0.5, 0.25, 0.25]
     assert flat["evenness"] == pytest.approx(-sum(x * math.log(x) for x in p) / math.log(3))
+    assert flat["importance_cv"] == pytest.approx(math.sqrt(2 / 9) / (4 / 3))  # sd of (2, 1, 1) / its mean
 
 
 def test_comparisons_use_welch_and_holm_over_every_measure():

@@ -24,6 +24,8 @@ MEASURES = (
     ("prunable", "prunable", "{:.0%}", "more heads prunable", "fewer heads prunable"),
     ("kept_area", "BLEU kept (area)", "{:.0%}", "a flatter pruning curve", "a steeper pruning curve"),
     ("evenness", "importance evenness", "{:.3f}", "importance spread more evenly", "importance less even"),
+    ("importance_cv", "importance CV", "{:.3f}", "importance less even (higher CV)",
+     "importance more even (lower CV)"),
     ("mean_js", "mean JS (bits)", "{:.3f}", "heads further apart (less redundant)", "heads closer (more redundant)"),
 )
 
@@ -36,6 +38,8 @@ def specialisation(a: dict) -> dict[str, float]:
     pruning curve over 0-100% removed, as a share of the full model's BLEU (1 = flat, pruning costs
     nothing). evenness: normalised entropy H(p) / log h of p = importance / sum over a layer's heads,
     averaged over layers and kinds (1 = every head equally important, 0 = one head carries the layer).
+    importance_cv: a layer's sd / mean of importance, averaged likewise (0 = all equal). Evenness sits near 1
+    whenever no head is negligible (0.995 on our h = 8 models), where the CV still separates models.
     mean_js: mean pairwise Jensen-Shannon divergence of the heads' attention, averaged over kinds.
     """
     pool = a["pruning"]["pools"]["all"]
@@ -48,6 +52,7 @@ def specialisation(a: dict) -> dict[str, float]:
         "prunable": pool["prunable"]["importance"],
         "kept_area": area / (grid[-1] - grid[0]) / full if full > 0 else math.nan,
         "evenness": statistics.fmean(_evenness(s) for s in layers),
+        "importance_cv": statistics.fmean(_cv(s) for s in layers),
         "mean_js": statistics.fmean(k["mean_js_bits"] for k in red.values()) if red else math.nan,
     }
 
@@ -57,6 +62,11 @@ def _evenness(scores: list[float]) -> float:
     if len(scores) < 2 or total <= 0:
         return math.nan
     return -sum(s / total * math.log(s / total) for s in scores if s > 0) / math.log(len(scores))
+
+
+def _cv(scores: list[float]) -> float:
+    mean = statistics.fmean(scores)
+    return statistics.pstdev(scores) / mean if len(scores) > 1 and mean > 0 else math.nan
 
 
 def comparisons(groups: dict[float, list[dict]]) -> list[dict]:
@@ -151,7 +161,8 @@ def report_section(run_dirs: list[Path], out_dir: Path) -> str:
         f"per step. **Prunable**: the largest share removed before BLEU first falls more than {s['tolerance']:g} "
         "below the full model's. **BLEU kept (area)**: the area under the pruning curve as a share of the full "
         "model's BLEU (higher = flatter). **Importance evenness**: normalised entropy of importance over a layer's "
-        "heads, averaged over layers (1 = all heads equally important). **Mean JS**: mean pairwise Jensen-Shannon "
+        "heads, averaged over layers (1 = all heads equally important); **importance CV**: a layer's sd / mean of "
+        "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
         "divergence between heads' attention (lower = more redundant). Mean ± sd over seeds; the test BLEU (beam) "
         "with its paired bootstrap is in the table above.", "",
         f"![pruning curves]({png.name})", "",
