@@ -10,7 +10,7 @@ from headsweep.analysis import compare as C
 
 
 def analysis(head_dropout=0.0, curve=(30.0, 15.0, 0.0), layers=((1.0, 1.0), (1.0, 0.0)), js=(0.2, 0.4),
-             prunable=0.5, rho=0.3):
+             prunable=0.5, rho=0.3, groups=((("L0H0", "L0H1"),), ())):
     kinds = ["enc_self", "dec_self", "cross"][:len(js)]
     return {
         "model": {"head_dropout": head_dropout}, "split": "val", "full": {"bleu": curve[0]},
@@ -18,8 +18,9 @@ def analysis(head_dropout=0.0, curve=(30.0, 15.0, 0.0), layers=((1.0, 1.0), (1.0
         "pruning": {"fractions": [0.0, 0.5, 1.0],
                     "pools": {"all": {"importance": {"bleu": list(curve)}, "prunable": {"importance": prunable}}}},
         "importance": {"raw": {"enc_self": [list(s) for s in layers]}},
-        "redundancy": {"kinds": {k: {"mean_js_bits": v, "twin_vs_loss_increase": {"spearman_rho": rho}}
-                                 for k, v in zip(kinds, js)}},
+        "redundancy": {"kinds": {k: {"mean_js_bits": v, "twin_vs_loss_increase": {"spearman_rho": rho},
+                                     "groups": [list(g) for g in gs]}
+                                 for k, v, gs in zip(kinds, js, groups)}},
     }
 
 
@@ -32,6 +33,8 @@ def test_measures_by_hand():
     assert m["importance_cv"] == pytest.approx(0.5)  # layer (1, 1): sd 0; layer (1, 0): sd 0.5 / mean 0.5 = 1
     assert m["mean_js"] == pytest.approx(0.3)
     assert (m["bleu"], m["prunable"]) == (30.0, 0.5)
+    three = C.specialisation(analysis(groups=((("L0H0", "L0H1"), ("L1H2", "L1H3", "L1H4")), (("L2H0", "L2H1"),))))
+    assert (m["near_duplicates"], three["near_duplicates"]) == (2.0, 7.0)  # heads in groups, over every kind
     flat = C.specialisation(analysis(curve=(30.0, 30.0, 30.0), layers=((2.0, 1.0, 1.0),)))
     assert flat["kept_area"] == pytest.approx(1.0)
     p = [0.5, 0.25, 0.25]

@@ -27,6 +27,7 @@ MEASURES = (
     ("importance_cv", "importance CV", "{:.3f}", "importance less even (higher CV)",
      "importance more even (lower CV)"),
     ("mean_js", "mean JS (bits)", "{:.3f}", "heads further apart (less redundant)", "heads closer (more redundant)"),
+    ("near_duplicates", "near-duplicate heads", "{:.1f}", "more near-duplicate heads", "fewer near-duplicate heads"),
 )
 
 
@@ -41,6 +42,8 @@ def specialisation(a: dict) -> dict[str, float]:
     importance_cv: a layer's sd / mean of importance, averaged likewise (0 = all equal). Evenness sits near 1
     whenever no head is negligible (0.995 on our h = 8 models), where the CV still separates models.
     mean_js: mean pairwise Jensen-Shannon divergence of the heads' attention, averaged over kinds.
+    near_duplicates: how many heads are in a group of near-duplicates (closer than the analysis's
+    redundancy threshold to another head of their kind), over all kinds.
     """
     pool = a["pruning"]["pools"]["all"]
     grid, curve, full = a["pruning"]["fractions"], pool["importance"]["bleu"], a["full"]["bleu"]
@@ -54,6 +57,7 @@ def specialisation(a: dict) -> dict[str, float]:
         "evenness": statistics.fmean(_evenness(s) for s in layers),
         "importance_cv": statistics.fmean(_cv(s) for s in layers),
         "mean_js": statistics.fmean(k["mean_js_bits"] for k in red.values()) if red else math.nan,
+        "near_duplicates": float(sum(len(g) for k in red.values() for g in k.get("groups", []))) if red else math.nan,
     }
 
 
@@ -163,7 +167,8 @@ def report_section(run_dirs: list[Path], out_dir: Path) -> str:
         "model's BLEU (higher = flatter). **Importance evenness**: normalised entropy of importance over a layer's "
         "heads, averaged over layers (1 = all heads equally important); **importance CV**: a layer's sd / mean of "
         "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
-        "divergence between heads' attention (lower = more redundant). Mean ± sd over seeds; the test BLEU (beam) "
+        "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
+        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over seeds; the test BLEU (beam) "
         "with its paired bootstrap is in the table above.", "",
         f"![pruning curves]({png.name})", "",
     ]
