@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from headsweep.model.losses import linear_cross_entropy
 
 
@@ -36,8 +38,31 @@ def test_bf16_autocast_close_to_fp32():
     assert h.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
 
 
-def test_no_grad_skips_gradient_work():
-    h, w = torch.randn(4, 3), torch.randn(5, 3)
-    with torch.no_grad():
-        loss = linear_cross_entropy(h, w, torch.tensor([0, 1, 2, 3]))
-    torch.testing.assert_close(loss, F.cross_entropy(h @ w.t(), torch.tensor([0, 1, 2, 3])))
+class _CountMatmuls(TorchDispatchMode):
+    """Counts the matrix products aten runs inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.matmul):
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_evaluation_skips_gradient_work(mode):
+    """Validation and test run under no_grad / inference_mode with a weight that requires grad (the
+    model's parameters): only the logits' matmul per chunk, not the two gradient ones."""
+    torch.manual_seed(0)
+    h = torch.randn(12, 3, requires_grad=True)
+    w = torch.randn(5, 3, requires_grad=True)
+    target = torch.randint(0, 5, (12,))
+    with mode(), _CountMatmuls() as counted:
+        loss = linear_cross_entropy(h, w, target, 0.1, chunk=4)
+    assert counted.n == 3  # 12 rows in chunks of 4: one logits matmul each
+    torch.testing.assert_close(loss, F.cross_entropy(h.detach() @ w.detach().t(), target, label_smoothing=0.1))
+    with _CountMatmuls() as counted:  # training: logits + grad_h + grad_w per chunk
+        linear_cross_entropy(h, w, target, 0.1, chunk=4)
+    assert counted.n == 9

@@ -15,11 +15,16 @@ from torch import Tensor
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int) -> Tensor:
+    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
+                grad_enabled: bool) -> Tensor:
         n, vocab = h.size(0), weight.size(0)
         w = weight.to(h.dtype)
         acc = torch.promote_types(h.dtype, torch.float32)  # fp32 softmax for bf16 inputs
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        # needs_input_grad says which inputs require grad, not whether a backward can happen: under
+        # no_grad / inference_mode (validation, test) it stays true for the weight, and the gradient pass
+        # would cost two more (tokens x vocab) matmuls per batch. forward() runs with grad disabled, so ask
+        # the caller's mode, which linear_cross_entropy passes in.
+        need_grad = grad_enabled and (ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
         grad_h = torch.empty_like(h) if need_grad else None
         grad_w = torch.zeros(weight.shape, dtype=acc, device=h.device) if need_grad else None
         total = torch.zeros((), dtype=acc, device=h.device)
@@ -44,7 +49,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         grad_h, grad_w = ctx.saved_tensors
         scale = grad_out / max(ctx.n, 1)
-        return (grad_h * scale).to(grad_h.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None, None
+        return (grad_h * scale).to(grad_h.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None, None, None
 
 
 def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
@@ -56,4 +61,4 @@ def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, smoothing: f
     """
     if torch.is_autocast_enabled(h.device.type):  # e.g. a LayerNorm's fp32 output under bf16 autocast
         h = h.to(torch.get_autocast_dtype(h.device.type))
-    return _LinearCrossEntropy.apply(h, weight, target, smoothing, chunk)
+    return _LinearCrossEntropy.apply(h, weight, target, smoothing, chunk, torch.is_grad_enabled())
