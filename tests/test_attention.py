@@ -46,10 +46,12 @@ def test_matches_torch_multihead_attention(cross, kernel):
     assert got_w.shape == (B, h, Tq, Tk)
 
 
-def test_causal_matches_torch():
+@pytest.mark.parametrize("kernel", ["math", "sdpa"])  # sdpa: is_causal=True, no mask tensor
+def test_causal_matches_torch(kernel):
     torch.manual_seed(1)
     ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
     ours = copy_from_torch(ref)
+    ours.kernel = kernel
     x = torch.randn(2, 6, 16)
     causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # torch: True = masked
     want, _ = ref(x, x, x, attn_mask=causal)

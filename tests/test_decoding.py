@@ -158,3 +158,22 @@ def test_bad_beam_arguments():
     model = random_model(0)
     with pytest.raises(ValueError, match="beam_size and max_len must be >= 1"):
         decoding.beam_search(model, sources(0, 40), BOS, EOS, 10, 0, 0.6)
+
+
+def test_beam_search_reindexes_cross_attention_only_when_sentences_leave(monkeypatch):
+    """Every beam of a sentence attends to the same encoder keys/values: beam search re-indexes the
+    cross-attention cache only when a finished sentence leaves the batch, never per step."""
+    calls = {"self": 0, "cross": 0}
+    real = decoding.reorder_cache
+
+    def counting(cache, index, cross_index=None):
+        calls["self"] += 1
+        calls["cross"] += cross_index is not None
+        real(cache, index, cross_index)
+
+    monkeypatch.setattr(decoding, "reorder_cache", counting)
+    model = random_model(2, vocab_size=12, tie_embeddings=False)
+    src = sources(2, 12, lengths=(7, 4, 6, 9))
+    decoding.beam_search(model, src, BOS, EOS, 15, 3, 0.6)
+    assert calls["self"] > calls["cross"] >= 1
+    assert calls["cross"] <= len(src) - 1  # at most once per sentence that leaves before the last

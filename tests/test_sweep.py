@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 import headsweep.training.module
 from headsweep.experiments import sweep as S
-from headsweep.config import compose
+from headsweep.config import auto_precision, compose
 from headsweep.training.runs import is_complete
 
 from conftest import DATA, needs_data
@@ -24,7 +25,8 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | {"heads_specialise"}
+    studies = {"heads_specialise", "heads_fixed_dk", "heads_by_width"}
+    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 
 def test_heads_specialise_analyses_every_job(tmp_path):
@@ -90,7 +92,9 @@ def test_grid_times_seeds(tmp_path):
     # seed-major: every cell once before any second seed
     assert [j.name for j in sweep.jobs] == [f"{c}-s{s}" for s in (1, 2, 3) for c in cells]
     job = sweep.jobs[7]
-    assert (job.cell, job.seed, job.overrides) == ("h1-dk256-dv256", 2, ["model.heads=1", "seed=2"])
+    precision = f"trainer.precision={auto_precision()}"  # machine-dependent: written into each job as a value
+    assert (job.cell, job.seed, job.overrides) == ("h1-dk256-dv256", 2,
+                                                   ["model.heads=1", precision, "module.peak_lr=0.002", "seed=2"])
     assert job.dir == tmp_path / "table3_a" / "h1-dk256-dv256-s2"
     assert job.tags == ["row-A", "cell-h1-dk256-dv256"]
     assert sweep.jobs[6].tags == ["row-A", "cell-h8-dk32-dv32", "base"]
@@ -125,7 +129,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: heads_specialise, table3_a, table3_a_paper," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: heads_by_width, heads_fixed_dk, heads_specialise, table3_a," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
@@ -178,7 +182,7 @@ def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_la
     lines = capsys.readouterr().out.splitlines()
     jobs = [line.split() for line in lines if line.startswith("  ")]
     assert len(jobs) == 6
-    assert jobs[1][:2] == ["done", "h1-dk256-dv256-s1"] and jobs[1][2:] == ["model.heads=1", "seed=1"]
+    assert jobs[1][:2] == ["done", "h1-dk256-dv256-s1"] and jobs[1][2] == "model.heads=1" and jobs[1][-1] == "seed=1"
     assert all(j[:2] == ["to", "run"] for k, j in enumerate(jobs) if k != 1)
     assert lines[-1].startswith("would run: ") and "+sweep_job=h8-dk32-dv32-s1,h2-dk128-dv128-s1," in lines[-1]
     assert sorted(p.name for p in (tmp_path / "table3_a").iterdir()) == ["h1-dk256-dv256-s1"]
@@ -354,7 +358,6 @@ def finished_export(sweep: S.Sweep, job: S.Job, **changes) -> None:
     cfg = compose([*sweep.common, *job.overrides, f"run_name={job.name}"])
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
-    cfg.trainer.precision = "32-true"
     job.export.mkdir(parents=True)
     resolved = OmegaConf.to_container(cfg, resolve=False)
     resolved["module"]["model"] = resolved["model"]
@@ -504,3 +507,44 @@ def test_shipped_reference_results_match_their_sweeps(tmp_path):
         plan = S.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped)
         names = {j.name for j in plan.jobs}
         assert {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")} <= names
+
+
+def test_a_sweep_keeps_the_precision_its_finished_jobs_ran_with(tmp_path, monkeypatch):
+    """Precision is machine-dependent (${auto_precision:}); a sweep's finished jobs fix it for the rest,
+    and every way of mixing precisions stops the plan with one line."""
+    results = tmp_path / "results"
+    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1, extra=["trainer.precision=32-true"])
+    finished_export(a, a.jobs[0])
+    again = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # no override: adopts it
+    assert "trainer.precision=32-true" in again.common and again.jobs[0].done
+    with pytest.raises(S.SweepError, match=r"ran trainer.precision=32-true .* asks for trainer.precision=bf16-mixed"):
+        S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+    # a job of another precision is not the same experiment: table3_b's base is not copied from it
+    b = S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+    assert b.jobs[0].same_as is None
+    finished_export(a, a.jobs[1], **{"trainer.precision": "bf16-mixed"})  # a second precision in one sweep
+    with pytest.raises(S.SweepError, match=r"mixes trainer.precision \(h1-dk256-dv256-s1 bf16-mixed, h8-dk32-dv32-s1 32-true"):
+        S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
+
+
+def test_a_bf16_sweep_stops_on_a_cpu_without_bf16_units(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    a = S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+    finished_export(a, a.jobs[0])
+    monkeypatch.setattr("headsweep.experiments.sweep_settings.cpu_has_bf16", lambda: False)
+    with pytest.raises(S.SweepError, match="no bf16 matmul units"):
+        S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results)
+
+
+def test_cells_in_different_precisions_are_refused(tmp_path):
+    specs = write_spec(tmp_path, {"trainer.precision": {"values": ["32-true", "bf16-mixed"]}})
+    with pytest.raises(S.SweepError, match="different precisions"):
+        S.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
+
+
+def test_each_width_gets_its_scaled_learning_rate_as_a_plain_value(tmp_path):
+    sweep = S.plan("heads_by_width", seeds=1, root=tmp_path)
+    lr = {j.name.split("-")[3]: dict(o.split("=", 1) for o in j.overrides)["module.peak_lr"] for j in sweep.jobs}
+    assert {k: float(v) for k, v in lr.items()} == pytest.approx({"dm128": 2e-3 * 2**0.5, "dm512": 2e-3 / 2**0.5})
+    cfg = compose([*sweep.common, *sweep.jobs[0].overrides])
+    assert cfg.module.peak_lr == pytest.approx(2e-3 * 2**0.5) and not OmegaConf.is_interpolation(cfg.module, "peak_lr")

@@ -2,8 +2,8 @@
 
 conf/ holds the Hydra config groups (data, model, module, trainer, logger, callbacks, budget, experiment,
 analysis); sweeps/ holds the W&B sweep specs. `compose(overrides)` gives the config `python -m
-headsweep.train overrides` would run; `register_resolvers()` adds the ${auto_precision:} resolver the
-trainer configs use (the entry points and `compose` call it; importing this module does not).
+headsweep.train overrides` would run; `register_resolvers()` adds the ${auto_precision:} and ${width_scaled_lr:} resolvers the
+configs use (the entry points and `compose` call it; importing this module does not).
 """
 
 from __future__ import annotations
@@ -30,8 +30,15 @@ def auto_precision() -> str:
     return "bf16-mixed" if torch.cuda.is_available() or cpu_has_bf16() else "32-true"
 
 
+def width_scaled_lr(peak: float, at_d_model: int, d_model: int) -> float:
+    """A peak learning rate tuned at one width, moved to another by d_model^-0.5, the scaling of the paper's
+    schedule (lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)): wider models take smaller steps."""
+    return float(peak) * (int(at_d_model) / int(d_model)) ** 0.5
+
+
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
+    OmegaConf.register_new_resolver("width_scaled_lr", width_scaled_lr, replace=True)
 
 
 def compose(overrides: list[str] = ()):

@@ -56,6 +56,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from headsweep.config import CONF_DIR, SWEEPS_DIR, compose
 from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
+from headsweep.experiments.sweep_settings import resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
 from headsweep.training.runs import RESULTS, adopt_run, copy_run, export_run, is_complete, read_results
 JOB_GROUP = "sweep_job"
@@ -151,6 +152,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     constants, cells = split_parameters(spec)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
     common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
+    common += shared_overrides(name, results, list(extra))  # the precision and device its finished jobs ran with
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     try:
@@ -163,32 +165,38 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
             compose([*common, f"{key}={first}"])
         except Exception as e:
             raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
-    flats = []
+    flats, resolved = [], []
     for cell in cells:
         try:
             cfg = compose([*common, *cell])
             check_config(cfg)
+            resolved.append(resolved_values(cfg))  # plain values: precision, width-scaled learning rate
         except ConfigError as e:
             raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
         except Exception as e:
             raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
         analysis = OmegaConf.to_container(cfg.analysis, resolve=True) if cfg.get("analysis") else None
-        flats.append((flatten_config(cfg), list(cfg.tags), analysis))
+        flat = flatten_config(cfg)
+        flat.update(resolved[-1])
+        flats.append((flat, list(cfg.tags), analysis))
     steps = {f["trainer.max_steps"] for f, _, _ in flats}
     if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
         raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
                          f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
-    labels = cell_labels([f for f, _, _ in flats])
+    if len(precisions := {str(f["trainer.precision"]) for f, _, _ in flats}) > 1:
+        raise SweepError(f"{path}: the cells would train in different precisions ({', '.join(sorted(precisions))}); "
+                         "a sweep compares cells in one precision: set trainer.precision for the whole sweep")
+    labels = cell_labels([{k: v for k, v in f.items() if k != "module.peak_lr"} for f, _, _ in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
 
     sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only))
     finished_elsewhere = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
-        for i, (cell, label, (flat, tags, analysis)) in enumerate(zip(cells, labels, flats)):
+        for i, (cell, label, (flat, tags, analysis), plain) in enumerate(zip(cells, labels, flats, resolved)):
             run = f"{label}-s{seed}"
             job = Job(
-                name=run, cell=label, seed=seed, overrides=[*cell, f"seed={seed}"],
+                name=run, cell=label, seed=seed, overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}"],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
                 dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
                 analysis=analysis,

@@ -37,7 +37,7 @@ class KVCache:
     v: Tensor | None = None
 
     def reorder(self, index: Tensor) -> None:
-        """Select batch rows (beam search keeps the surviving hypotheses)."""
+        """Select batch rows (beam search keeps the surviving hypotheses, or drops finished sentences)."""
         if self.k is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
@@ -172,8 +172,13 @@ class MultiHeadAttention(nn.Module):
         """
         B, Tq, _ = x.shape
         q, k, v = self._queries_keys_values(x, memory, cache)  # (B, h, Tq, d_k), (B, h, Tk, d_k), (B, h, Tk, d_v)
-        mask = attention_mask(key_padding_mask, causal, Tq, k.size(2), x.device)
-        heads, weights = self._attend(q, k, v, mask, need_weights or self.record_weights)  # head_i: (B, h, Tq, d_v)
+        need = need_weights or self.record_weights
+        if causal and key_padding_mask is None and Tq == k.size(2) and Tq > 1 and not need and self._use_sdpa(q):
+            # the whole square causal pattern: SDPA's is_causal builds no mask and may pick a faster kernel
+            heads, weights = self._sdpa(q, k, v, None, is_causal=True), None
+        else:
+            mask = attention_mask(key_padding_mask, causal, Tq, k.size(2), x.device)
+            heads, weights = self._attend(q, k, v, mask, need)  # head_i: (B, h, Tq, d_v)
         gate = self._gate(gate, B, x)  # xi: (h,) or (B, h)
         if gate is not None:
             heads = heads * gate.view(-1, self.heads, 1, 1)  # xi_i head_i
@@ -202,13 +207,16 @@ class MultiHeadAttention(nn.Module):
         """softmax(Q K^T / sqrt(d_k)) V per head, with the weights when asked for (the kernel is chosen in
         _use_sdpa; torch's fused kernel does not return them)."""
         if not need_weights and self._use_sdpa(q):
-            dropout = self.dropout if self.training else 0.0
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+            return self._sdpa(q, k, v, mask), None
         weights = attention_weights(q, k, mask)  # (B, h, Tq, Tk)
         if self.record_weights:
             self.last_weights = weights.detach()
         p = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
         return p @ v, (weights if need_weights else None)
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        dropout = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
 
     def _use_sdpa(self, x: Tensor) -> bool:
         # Measured (make bench): on CPU under bf16 autocast the plain matmul-softmax-matmul path is

@@ -141,6 +141,7 @@ def _beam(model, src, bos_id, eos_id, max_len, beam_size, alpha, cached: bool) -
         going = torch.tensor([len(finished[s]) < K for s in active], device=device)
         if not going.any():
             break
+        go_rows = None
         if not going.all():  # drop done sentences' rows from the batch
             go_rows = going.repeat_interleave(K)
             rows, prefix = rows[go_rows], prefix[go_rows]
@@ -148,7 +149,7 @@ def _beam(model, src, bos_id, eos_id, max_len, beam_size, alpha, cached: bool) -
             scores, token = scores[going], token[going]
             active = [s for s, g in zip(active, going.tolist()) if g]
         if cached:
-            reorder_cache(cache, rows)
+            reorder_cache(cache, rows, None if go_rows is None else go_rows.nonzero().squeeze(1))
         step = token.view(-1, 1)
 
     best = [max(hyps, key=lambda h: h[0])[1] for hyps in finished]

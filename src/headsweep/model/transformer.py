@@ -269,10 +269,14 @@ def attention_switches(net: Transformer, gates: dict[str, list[Tensor]] | None =
             m.gate, m.record_weights, m.last_weights = gate, rec, None
 
 
-def reorder_cache(cache: list[LayerCache], index: Tensor) -> None:
+def reorder_cache(cache: list[LayerCache], index: Tensor, cross_index: Tensor | None = None) -> None:
+    """Beam search's step: self-attention keys/values follow each surviving hypothesis (`index`). The
+    cross-attention ones are the same for every beam of a sentence, so they change only when sentences
+    leave the batch (`cross_index`, the rows kept; None: all stay)."""
     for layer in cache:
         layer.self_attn.reorder(index)
-        layer.cross_attn.reorder(index)
+        if cross_index is not None:
+            layer.cross_attn.reorder(cross_index)
 
 
 def count_parameters(model: Transformer) -> dict[str, int]:
