@@ -1,15 +1,17 @@
 """`make bench`: speed measured as ratios against baselines timed in the same run.
 
 1. Attention: forward + backward of our layer vs torch.nn.MultiheadAttention.
-2. Training: target tokens/s of our Lightning training step vs a plain loop over torch.nn.Transformer on
+2. The ablation job: target tokens/s of a make sweep BUDGET=ablation job as the shipped results were made
+   (fp32, eager) vs as make sweep runs it now on this CPU, and the validation loss pass before/after.
+3. Training: target tokens/s of our Lightning training step vs a plain loop over torch.nn.Transformer on
    the same Multi30k batches, and MFU against the matmul peak measured now.
-3. Decoding: cached greedy / beam vs a naive decoder that re-runs the prefix.
-4. Sweep: N jobs x cores/N threads (make sweep's JOBS) vs 1 job x all cores.
+4. Decoding: cached greedy / beam vs a naive decoder that re-runs the prefix.
+5. Sweep: N jobs x cores/N threads (make sweep's JOBS) vs 1 job x all cores.
 
 bf16 is timed only where the CPU has bf16 matmul units (AVX512-BF16 or AMX); elsewhere it runs 5-130x
 slower than fp32 and nothing here would use it.
 
-    python -m headsweep.bench [--steps 10] [--profile] [--skip attention,training,decoding,sweep]
+    python -m headsweep.bench [--steps 10] [--profile] [--skip attention,ablation,training,decoding,sweep]
                               [--ckpt RUN_DIR --sentences 1000]   (decoding with a trained model)
 """
 
@@ -19,6 +21,7 @@ import argparse
 
 import torch
 
+from headsweep.bench.ablation import bench_ablation
 from headsweep.bench.attention import bench_attention
 from headsweep.bench.decoding import main as decoding_main
 from headsweep.bench.sweep import bench_sweep
@@ -31,7 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per side")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--profile", action="store_true", help="print where a training step's time goes")
-    parser.add_argument("--skip", default="", help="comma-separated: attention,training,decoding,sweep")
+    parser.add_argument("--skip", default="", help="comma-separated: attention,ablation,training,decoding,sweep")
     parser.add_argument("--ckpt", default=None,
                         help="decoding: a trained run or checkpoint (default: a random default-size model)")
     parser.add_argument("--sentences", type=int, default=None,
@@ -45,6 +48,8 @@ def main() -> None:
         print("bf16 not timed: this CPU has no bf16 matmul units (AVX512-BF16 or AMX); make train uses fp32 here")
     if "attention" not in skip:
         bench_attention(bf16=bf16)
+    if "ablation" not in skip:
+        bench_ablation(args.steps, args.warmup)
     if "training" not in skip:
         bench_training(args.steps, args.warmup, args.profile, bf16=bf16)
     if "decoding" not in skip:

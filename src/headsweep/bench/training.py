@@ -48,8 +48,10 @@ class _BatchTimer(pl.Callback):
             self.t1 = time.perf_counter()
 
 
-def ours_tokens_per_s(dm: TranslationDataModule, batches: list[dict], warmup: int, precision: str) -> float:
-    module = TranslationModule(model=dict(SMALL), vocab_size=dm.vocab_size_actual, tokenizer_json=dm.tokenizer_json)
+def ours_tokens_per_s(dm: TranslationDataModule, batches: list[dict], warmup: int, precision: str,
+                      model: dict | None = None) -> float:
+    module = TranslationModule(model=dict(model or SMALL), vocab_size=dm.vocab_size_actual,
+                               tokenizer_json=dm.tokenizer_json)
     timer = _BatchTimer(warmup)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, precision=precision, max_steps=len(batches), logger=False,
