@@ -26,8 +26,9 @@ BEAM ?=
 ALPHA ?=
 AVG ?=
 RESUME ?=
+SWEEPS ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report analyze prune clean
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain analyze prune clean
 
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
@@ -73,6 +74,9 @@ sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDG
 
 report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+
+explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
+	$(PY) -m headsweep.experiments.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

@@ -1,0 +1,191 @@
+"""One view across sweeps: which size carries the BLEU cost, the number of heads h, the query/key width per
+head d_k, or the model width d_model? Every finished cell of the named sweeps (or of every sweep in
+results/) at one budget, test BLEU against d_k coloured by h and marked by d_model, and a least-squares fit
+
+    BLEU = b0 + b_h log2 h + b_dk log2 d_k + b_dm log2 d_model + e
+
+on the runs (seeds as replicates of their cell), with 95% confidence intervals.
+
+    python -m headsweep.experiments.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
+                                            [--root results] [--out reports]
+
+Only cells that differ from the default model in these sizes (and the width-scaled learning rate) enter
+the fit; a cell with another change (head dropout, fixed heads, ...) is listed as left out. Reads only
+results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from headsweep.config import compose
+from headsweep.experiments.cells import ReportError, load_runs
+from headsweep.experiments.specs import flatten_config
+
+SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
+# May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
+FREE = (*SIZES, "module.peak_lr", "trainer.precision", "trainer.max_time", "threads")
+SETTINGS = ("model.", "module.", "trainer.max_steps", "data.max_tokens", "average_last")
+TERMS = ("intercept", "log2 h", "log2 d_k", "log2 d_model")
+
+
+@dataclass
+class Point:
+    sweep: str
+    run: str
+    h: int
+    d_k: int
+    d_v: int
+    d_model: int
+    precision: str
+    bleu: float
+
+
+def _settings(flat: dict) -> dict:
+    return {k: v for k, v in flat.items() if k.startswith(SETTINGS) and k not in FREE
+            and not k.startswith("module.model.")}
+
+
+def collect(root: Path, sweeps: list[str]) -> tuple[list[Point], list[str]]:
+    """Each run of the sweeps that fits the view, and one line per run left out (and why)."""
+    default = _settings(flatten_config(compose(["budget=ablation"])))
+    points, left_out, seen = [], [], {}
+    for sweep in sweeps:
+        if not (root / sweep).is_dir():
+            raise ReportError(f"no {root / sweep}: run `make sweep SWEEP={sweep}` first, or drop it from --sweeps")
+        runs, unfinished = load_runs(root / sweep)
+        left_out += [f"{sweep}/{d.name}: {why}" for d, why in unfinished]
+        for r in runs:
+            other = {k: v for k, v in _settings(r.flat).items() if repr(default.get(k)) != repr(v)}
+            if other:
+                k = next(iter(other))
+                left_out.append(f"{sweep}/{r.dir.name}: {k} = {other[k]!r} (default {default.get(k)!r})")
+                continue
+            f = r.flat
+            same = (*(f[k] for k in SIZES), f.get("trainer.precision"), r.seed)  # a copied run counts once
+            if same in seen:
+                left_out.append(f"{sweep}/{r.dir.name}: the same run as {seen[same]}")
+                continue
+            seen[same] = f"{sweep}/{r.dir.name}"
+            points.append(Point(sweep, r.dir.name, f["model.heads"], f["model.d_k"], f["model.d_v"], f["model.d_model"],
+                                str(f.get("trainer.precision")), r.results["metrics"]["test/bleu"]))
+    return points, left_out
+
+
+def check_budget(root: Path, sweeps: list[str]) -> int:
+    """The one number of training steps every run of the view has; one line naming the odd sweep if not."""
+    steps = {}
+    for sweep in sweeps:
+        for r in load_runs(root / sweep)[0]:
+            steps.setdefault(r.flat["trainer.max_steps"], f"{sweep}/{r.dir.name}")
+    if len(steps) > 1:
+        found = ", ".join(f"{n} steps ({run})" for n, run in steps.items())
+        raise ReportError(f"the sweeps ran different budgets: {found}; compare sweeps of one budget "
+                          "(drop the others from --sweeps)")
+    return next(iter(steps), 0)
+
+
+def fit(points: list[Point]) -> dict:
+    """Ordinary least squares on every run; coefficients with 95% CIs (t with n - p degrees of freedom).
+    A size that does not vary among the runs is left out of the model."""
+    cols = {"log2 h": [math.log2(p.h) for p in points], "log2 d_k": [math.log2(p.d_k) for p in points],
+            "log2 d_model": [math.log2(p.d_model) for p in points]}
+    terms = ["intercept", *[t for t, v in cols.items() if len(set(v)) > 1]]
+    X = np.column_stack([np.ones(len(points)), *[cols[t] for t in terms[1:]]])
+    y = np.array([p.bleu for p in points])
+    n, k = X.shape
+    if n <= k:
+        raise ReportError(f"{n} runs cannot fit {k} coefficients: finish more cells first")
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    sigma2 = resid @ resid / (n - k)
+    cov = sigma2 * np.linalg.pinv(X.T @ X)
+    se = np.sqrt(np.diag(cov))
+    t = stats.t.ppf(0.975, n - k)
+    pvals = 2 * stats.t.sf(np.abs(beta / np.where(se > 0, se, np.inf)), n - k)
+    r2 = 1 - (resid @ resid) / max(((y - y.mean()) ** 2).sum(), 1e-12)
+    return {"n": n, "dof": n - k, "r2": float(r2), "sigma": float(math.sqrt(sigma2)),
+            "terms": {name: {"coef": float(b), "lo": float(b - t * s), "hi": float(b + t * s), "p": float(pv)}
+                      for name, b, s, pv in zip(terms, beta, se, pvals)}}
+
+
+def figure(points: list[Point], path: Path) -> Path:
+    from headsweep.experiments.report_plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    hs = sorted({p.h for p in points})
+    cmap = plt.get_cmap("viridis", max(len(hs), 2))
+    markers = dict(zip(sorted({p.d_model for p in points}), "os^Dv"))
+    cells: dict[tuple, list[float]] = {}
+    for p in points:
+        cells.setdefault((p.h, p.d_k, p.d_model), []).append(p.bleu)
+    for (h, dk, dm), vals in sorted(cells.items()):
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        ax.errorbar(dk, statistics.mean(vals), yerr=sd, fmt=markers[dm], color=cmap(hs.index(h)), capsize=3, ms=7)
+    for h in hs:
+        ax.plot([], [], "o", color=cmap(hs.index(h)), label=f"h = {h}")
+    for dm, m in markers.items():
+        ax.plot([], [], m, color="grey", label=f"d_model {dm}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("query/key width per head d_k (log scale)")
+    ax.set_ylabel("test BLEU (beam 4), mean ± sd over seeds")
+    ax.legend(fontsize=8, ncol=2, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(root: Path, sweeps: list[str], out: Path) -> Path:
+    steps = check_budget(root, sweeps)
+    points, left_out = collect(root, sweeps)
+    result = fit(points)
+    out.mkdir(parents=True, exist_ok=True)
+    png = figure(points, out / "explain-bleu-dk.png")
+    precisions = sorted({p.precision for p in points})
+    lines = [f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)", "",
+             f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells; "
+             f"precision {', '.join(precisions)}" + (" (mixed across sweeps: the fit assumes precision does not "
+                                                     "move BLEU; see docs/throughput.md)" if len(precisions) > 1 else ""),
+             "", f"![Test BLEU against d_k, coloured by h, marked by d_model]({png.name})", "",
+             "*Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the query/key width per head.*", "",
+             "Least squares on every run (seeds as replicates): BLEU = b0 + b_h log2 h + b_dk log2 d_k + "
+             "b_dm log2 d_model", "", "| term | coefficient (BLEU per doubling) | 95% CI | p |", "|---|---:|---:|---:|"]
+    for name, t in result["terms"].items():
+        lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
+    lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
+    if left_out:
+        lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
+    path = out / "explain.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweeps", default="", help="comma-separated sweeps (default: every sweep in --root)")
+    parser.add_argument("--root", type=Path, default=Path("results"))
+    parser.add_argument("--out", type=Path, default=Path("reports"))
+    args = parser.parse_args(argv)
+    sweeps = [s for s in args.sweeps.split(",") if s] or sorted(p.name for p in args.root.iterdir() if p.is_dir())
+    try:
+        path = write(args.root, sweeps, args.out)
+    except ReportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
