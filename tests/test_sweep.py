@@ -538,7 +538,10 @@ def test_a_bf16_sweep_stops_on_a_cpu_without_bf16_units(tmp_path, monkeypatch):
 
 def test_cells_in_different_precisions_are_refused(tmp_path):
     specs = write_spec(tmp_path, {"trainer.precision": {"values": ["32-true", "bf16-mixed"]}})
-    with pytest.raises(S.SweepError, match="different precisions"):
+    with pytest.raises(S.SweepError, match="different trainer.precision"):
+        S.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
+    specs = write_spec(tmp_path, {"trainer": {"values": ["cpu", "gpu"]}})
+    with pytest.raises(S.SweepError, match="different trainer.accelerator"):
         S.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
 
 

@@ -56,7 +56,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from headsweep.config import CONF_DIR, SWEEPS_DIR, compose
 from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
-from headsweep.experiments.sweep_settings import resolved_values, shared_overrides
+from headsweep.experiments.sweep_settings import SHARED, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
 from headsweep.training.runs import RESULTS, adopt_run, copy_run, export_run, is_complete, read_results
 JOB_GROUP = "sweep_job"
@@ -183,9 +183,10 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
         raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
                          f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
-    if len(precisions := {str(f["trainer.precision"]) for f, _, _ in flats}) > 1:
-        raise SweepError(f"{path}: the cells would train in different precisions ({', '.join(sorted(precisions))}); "
-                         "a sweep compares cells in one precision: set trainer.precision for the whole sweep")
+    for key in SHARED:  # trainer.precision, trainer.accelerator
+        if len(values := {str(f.get(key)) for f, _, _ in flats}) > 1:
+            raise SweepError(f"{path}: the cells would train with different {key} ({', '.join(sorted(values))}); a "
+                             f"sweep compares cells in one precision on one device: set {key} for the whole sweep")
     labels = cell_labels([{k: v for k, v in f.items() if k != "module.peak_lr"} for f, _, _ in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
