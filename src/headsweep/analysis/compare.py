@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 
 from headsweep.analysis.importance import KIND_NAMES
-from headsweep.analysis.markdown import _table
-from headsweep.analysis.plots import pyplot
-from headsweep.experiments.significance import holm, mean_sd, seed_test
+from headsweep.reporting.markdown import table
+from headsweep.reporting.plots import pyplot
+from headsweep.reporting.stats import holm, mean_sd, seed_test
 
 # (key, column, format, words for a higher value, words for a lower one)
 MEASURES = (
@@ -172,7 +172,7 @@ def report_section(run_dirs: list[Path], out_dir: Path) -> str:
         "with its paired bootstrap is in the table above.", "",
         f"![pruning curves]({png.name})", "",
     ]
-    lines += _table(["head_dropout", "runs", *[col for _, col, *_ in MEASURES]], rows)
+    lines += [*table(["head_dropout", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
     words = verdict_words(comparisons(measured))
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
     if skipped:

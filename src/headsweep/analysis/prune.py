@@ -30,9 +30,9 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.ablation import DECODING, Evaluator
 from headsweep.analysis.importance import AnalysisError, head_importance, normalise_per_layer, pruning_order
-from headsweep.analysis.plots import pyplot
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
+from headsweep.reporting.plots import pyplot
 from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RunError, load_run, read_results
 from headsweep.training.train import train

@@ -1,19 +1,19 @@
 """Is a difference real? sacreBLEU's paired bootstrap of a cell against the base on the test sentences
-(seeds pooled), Holm's correction for comparing several cells with one base, Welch's t-test over the
-seeds' scores, and Kendall's tau between the cells' rankings at two points of training."""
+(seeds pooled), read from the runs' hypotheses and references. Holm's correction, Welch's t-test over
+seeds and Kendall's tau are in headsweep.reporting.stats (the analysis comparison uses them too)."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
-from scipy.stats import kendalltau, ttest_ind
 
 from headsweep.config import CONF_DIR
 from headsweep.data import DataError, read_lines, split_files
 from headsweep.experiments.cells import Cell, ReportError, Run
+# the statistics themselves live below both analysis/ and experiments/; imported here, where they were
+from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
 from headsweep.training.runs import RESULTS
 
 
@@ -79,37 +79,3 @@ def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:
     base_score, cell_score = scores["BLEU"]
     return {"p": cell_score.p_value, "seeds": seeds, "pooled_delta": cell_score.score - base_score.score,
             "signature": str(signatures["BLEU"])}
-
-
-# ----------------------------------------------------------------------------- the table
-
-
-def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment for comparing several cells with one base: adjusted p_(i) =
-    max over j <= i of min(1, (m - j + 1) p_(j)) in increasing order of p (None stays None)."""
-    given = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    m, out, running = len(given), [None] * len(p_values), 0.0
-    for rank, (p, i) in enumerate(given):
-        running = max(running, min(1.0, (m - rank) * p))
-        out[i] = running
-    return out
-
-
-def seed_test(base: list[float], cell: list[float]) -> float | None:
-    """Welch's t-test of the per-seed scores (scipy): is the difference larger than the seed spread?"""
-    if len(base) < 2 or len(cell) < 2:
-        return None
-    return float(ttest_ind(cell, base, equal_var=False).pvalue)
-
-
-def ranking_agreement(early: list[float], late: list[float]) -> float | None:
-    """Kendall's tau (scipy) between the cells' order at two points of training: 1 = the same ranking."""
-    if len(early) < 2:
-        return None
-    return float(kendalltau(early, late).statistic)
