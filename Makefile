@@ -74,6 +74,10 @@ sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDG
 report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 
+.PHONY: sync
+sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
+	$(PY) -m headsweep.experiments.sync --sweep $(SWEEP) $(if $(DRY),--dry)
+
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
