@@ -11,10 +11,9 @@ from sacrebleu.significance import PairedTest
 
 from headsweep.config import CONF_DIR
 from headsweep.data import DataError, read_lines, split_files
-from headsweep.experiments.cells import Cell, ReportError, Run
+from headsweep.experiments.cells import Cell, ReportError, Run, hypotheses_path
 # the statistics themselves live below both analysis/ and experiments/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
-from headsweep.training.runs import RESULTS
 
 
 def read_text_lines(path: Path) -> list[str]:
@@ -23,19 +22,6 @@ def read_text_lines(path: Path) -> list[str]:
         return read_lines(Path(path))
     except DataError as e:
         raise ReportError(str(e)) from None
-
-
-def hypotheses_path(run: Run) -> Path:
-    """The test hypotheses the run's test/bleu scores: beam, else greedy; found next to results.json if
-    the run directory was moved."""
-    split = run.results["config"]["data"]["test_split"]
-    files = run.results.get("hypotheses", {})
-    for key in (f"{split}.beam", f"{split}.greedy"):
-        if key in files:
-            path = Path(files[key])
-            beside = run.dir / "hypotheses" / path.name  # a copy next to results.json (results/) comes first
-            return beside if beside.is_file() else path if path.is_absolute() else run.dir / path
-    raise ReportError(f"{run.dir / RESULTS}: no test hypotheses listed for split {split}")
 
 
 def references(run: Run) -> list[str]:

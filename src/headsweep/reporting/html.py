@@ -14,7 +14,7 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;
  line-height:1.45;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.8em 0;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
-td{white-space:nowrap}
+td[style*="right"]{white-space:nowrap}
 th{background:#f3f3f3;cursor:pointer}
 th:first-child,td:first-child{text-align:left}
 th[data-dir=asc]::after{content:" \\25B2"}th[data-dir=desc]::after{content:" \\25BC"}

@@ -6,6 +6,7 @@ syntax of their own."""
 from __future__ import annotations
 
 import html
+import re
 
 
 def cell_text(value) -> str:
@@ -13,9 +14,16 @@ def cell_text(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def table(header: list[str], rows: list[list]) -> list[str]:
-    """A pipe table, one line per row; any value is written with str()."""
-    return ["| " + " | ".join(cell_text(c) for c in header) + " |", "|" + "---|" * len(header),
+NUMBER = re.compile(r"^(<= )?[+-]?\d[\d.]*%?( ± [\d.]+%?)?\*?$|^—$")  # a number (± sd), a bound, a dash for none
+
+
+def table(header: list[str], rows: list[list], align: bool = False) -> list[str]:
+    """A pipe table, one line per row; any value is written with str(). `align`: numbers to the right,
+    text to the left (a column is numbers when every cell is one, or a dash)."""
+    rule = ["---"] * len(header)
+    if align:
+        rule = ["---:" if rows and all(NUMBER.match(str(r[i])) for r in rows) else ":---" for i in range(len(header))]
+    return ["| " + " | ".join(cell_text(c) for c in header) + " |", "|" + "".join(f"{r}|" for r in rule),
             *["| " + " | ".join(cell_text(c) for c in row) + " |" for row in rows]]
 
 
@@ -26,6 +34,8 @@ def figure(src: str, caption: str, alt: str | None = None) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def details(summary: str, body: list[str]) -> list[str]:
-    """A collapsible block around markdown: the blank lines let the markdown inside render as markdown."""
-    return [f"<details><summary>{html.escape(summary)}</summary>", "", *body, "", "</details>", ""]
+def details(summary: str, body: list[str], anchor: str | None = None) -> list[str]:
+    """A collapsible block around markdown (the blank lines let the markdown inside render as markdown);
+    `anchor` is its id, for links such as page.html#anchor."""
+    opening = f'<details id="{html.escape(anchor)}">' if anchor else "<details>"
+    return [f"{opening}<summary>{html.escape(summary)}</summary>", "", *body, "", "</details>", ""]
