@@ -71,7 +71,7 @@ sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDG
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(DRY),--dry) $(ARGS)
 
-report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
+report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 
 .PHONY: sync

@@ -28,7 +28,7 @@ from headsweep.experiments.cells import Cell, ReportError, group_cells, learning
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
 from headsweep.experiments.report_site import index_record, write_index
-from headsweep.experiments.report_table import (cell_details, display, fmt, missing_words, p_words, reader_name,
+from headsweep.experiments.report_table import (cell_details, display, missing_words, p_words, reader_name,
                                                 shows_paper, table, varies)
 from headsweep.experiments.significance import paired_bootstrap
 from headsweep.reporting.html import page
