@@ -57,6 +57,10 @@ def finetune_config(results: dict, checkpoint: Path, out_dir: Path, lam: float, 
     cfg.update(init_from=str(checkpoint), run_name=f"{results.get('run_name')}-l0-{lam:g}", sweep=None,
                average_last=0, export_dir=None, tags=[*cfg.get("tags", []), "l0-prune"],
                threads=None)  # this process's threads, not those the run had beside other sweep jobs
+    # its own W&B group and job type: not one more seed of the cell the model was trained in
+    cfg["cell"] = cfg["run_name"]
+    if isinstance(cfg.get("logger", {}).get("wandb"), dict):
+        cfg["logger"]["wandb"].update(group=cfg["cell"], job_type="l0-prune")
     return cfg
 
 
