@@ -234,17 +234,17 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     return lines
 
 
-def sweep_markdown(sweep: str, head: str, notes_: list[str], cells: list[Cell], keys: list[str], info: dict,
+def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[str], info: dict,
                    figures: list[tuple[Path, str]], section: str | None) -> str:
+    """The page: title, notes, the table and each cell's details, the findings, the figures, the head
+    analysis where the runs have one, the method."""
     findings = verdicts(cells) + ranking_words(info["ranking"], cells)
     method = [POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)), PAPER,
               FLOPS.format(context=cells[0].row["flops_context"])]
     if info["signature"]:
         method.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
-    if not varies(cells, "params_M"):
-        figures_note = [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
-    else:
-        figures_note = []
+    figures_note = [] if varies(cells, "params_M") else \
+        [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
     md = [f"# {head}", "", *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
           "Per cell:", "", *[line for c in cells for line in cell_details(c, info["n_samples"])],
           *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
@@ -294,12 +294,12 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     curves = learning_curves(sweep, cells, out_dir)
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else [])
     head = title(sweep, cells, keys)
-    md = sweep_markdown(sweep, head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
+    md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
                         analysis_section([r.dir for r in runs], out_dir))
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md_path.write_text(md)
     html_path.write_text(page(head, md))
-    json_path.write_text(json.dumps(index_record(sweep, head, cells, keys, runs, left_out), indent=1))
+    json_path.write_text(json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))
     project = runs[0].results["config"].get("logger", {}).get("wandb", {}).get("project", "headsweep")
     log_to_wandb(sweep, project, *table(cells, keys), [p for p, _ in figures])
     return [md_path, html_path, json_path, *(p for p, _ in figures)]

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from headsweep.experiments.cells import Cell
-from headsweep.experiments.report_table import SIZE_KEYS, anchor, fmt, fmt_p, reader_name
+from headsweep.experiments.report_table import anchor, fmt, fmt_p
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, table
 
@@ -19,14 +19,13 @@ COLUMNS = ["sweep", "cell", "h", "d_k", "d_v", "params (M)", "attn MFLOP/token",
            "Δ BLEU test", "p Holm", "chrF test", "BLEU val", "seeds", "precision", "compile"]
 
 
-def index_record(sweep: str, title: str, cells: list[Cell], keys: list[str], runs: list, left_out: list) -> dict:
+def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out: list) -> dict:
     """What the index shows of one sweep: its page, its cells' numbers, what was left out."""
-    extra = [k for k in keys if k not in SIZE_KEYS]
     return {
         "sweep": sweep, "title": title, "page": f"{sweep}.html", "runs": len(runs),
         "left_out": [[d.name, why] for d, why in left_out],
         "cells": [{"cell": c.label, "base": c.base, "anchor": anchor(c), "h": c.row["h"], "d_k": c.row["d_k"],
-                   "d_v": c.row["d_v"], "settings": ", ".join(f"{reader_name(k)} {fmt(c.runs[0].flat[k])}" for k in extra),
+                   "d_v": c.row["d_v"],
                    **{k: c.row[k] for k in ("params_M", "attn_mflops", "test_bleu", "test_bleu_sd", "delta", "p_holm",
                                             "p_bound", "test_chrf", "val_bleu", "n", "precision", "compile")}}
                   for c in cells],
