@@ -72,11 +72,15 @@ sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDG
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(DRY),--dry) $(ARGS)
 
-report: setup  ## Write reports/<sweep>.md + .html from results/<sweep>/: make report SWEEP=table3_a
+report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 
 explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
 	$(PY) -m headsweep.experiments.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+
+.PHONY: sync
+sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
+	$(PY) -m headsweep.experiments.sync --sweep $(SWEEP) $(if $(DRY),--dry)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

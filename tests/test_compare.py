@@ -52,7 +52,7 @@ def test_comparisons_use_welch_and_holm_over_every_measure():
     tested = [c for c in found if c["p"] is not None]
     assert area["p_holm"] == pytest.approx(min(1.0, len(tested) * want))  # the only non-constant measure
     words = C.verdict_words(found)
-    assert len(words) == 1 and words[0].startswith("head_dropout 0.2 against 0 (n = 3 vs 3 seeds): ")
+    assert len(words) == 1 and words[0].startswith("head dropout 0.2 against 0 (n = 3 vs 3 seeds): ")
     assert "a flatter pruning curve" in words[0] and "Larger than the seed spread after Holm" in words[0]
 
 

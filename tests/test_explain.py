@@ -15,8 +15,12 @@ def fake_run(root, sweep, name, seed, bleu, overrides=(), **extra):
     cfg = compose(["budget=ablation", "trainer.precision=32-true", f"seed={seed}", *overrides])
     d = root / sweep / name
     d.mkdir(parents=True)
+    hyps = d / "hypotheses" / "test_2016_flickr.beam.en"  # what the report needs of a finished run
+    hyps.parent.mkdir()
+    hyps.write_text("a\n")
+    (d / "metrics.csv").write_text("step,val/bleu\n1149,30.0\n")
     results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
-               "metrics": {"test/bleu": bleu}, **extra}
+               "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
     (d / "results.json").write_text(json.dumps(results))
 
 

@@ -50,6 +50,7 @@ def make_run(root: Path, data_dir: Path, h: int, seed: int, bleu: float, hyps: l
                     "test/ppl": 9.0, "train/steps": 700 if h == 2 else 800},  # h2 hit trainer.max_time
     }
     (run / "results.json").write_text(json.dumps(results))
+    (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")  # no validation rows
     return run
 
 
@@ -132,16 +133,20 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     out = tmp_path / "reports"
     paths = R.write_report("table3_a", sweep_dir, out, n_samples=100)
-    assert [p.name for p in paths] == ["table3_a.md", "table3_a.html", "table3_a-bleu.png", "table3_a-params.png"]
-    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths[2:])
+    # equal parameter counts: no plot against parameters, a line saying so
+    assert [p.name for p in paths] == ["table3_a.md", "table3_a.html", "table3_a.json", "table3_a-bleu.png"]
+    assert paths[3].read_bytes()[:4] == b"\x89PNG"
     md = paths[0].read_text()
-    assert "| base | 8 | 32 | 32 | 7.6 | 800 | 6.90 ± 0.14 | 30.00 ± 1.41 | 31.00 ± 1.41 | 81.0 ± 1.4 | 2 | — | — | — | — | base | 4.92 | 25.8 |" in md
-    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 7.6 | 700* |" in md and "| 27.00 | 77.0 | 1 | -4.00 |" in md
-    assert "stopped before trainer.max_steps" in md
+    # attention FLOPs differ (the softmax's h x context term, 3 x 3 x 6 x 32 from h = 2 to h = 8): a column
+    assert ("| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | p Holm | chrF test | "
+            "BLEU val | paper row | paper BLEU | paper Δ BLEU |") in md
+    assert "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — | 81.0 ± 1.4 | 30.00 ± 1.41 | base | 25.8 | — |" in md
+    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 700* | 27.00 | -4.00 |" in md
+    assert "stopped before trainer.max_steps" in md and "Every cell has 7.58 M parameters: no plot" in md
     assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
-    assert "h16-dk16-dv16-s1: no results.json" in md and "h32-dk8-dv8-s1: DataError: bad" in md
+    assert "  - `h16-dk16-dv16-s1`: no results.json" in md and "  - `h32-dk8-dv8-s1`: DataError: bad" in md
     html = paths[1].read_text()
-    assert "<td>31.00 ± 1.41</td>" in html and "table3_a-bleu.png" in html
+    assert '<td style="text-align:right">31.00 ± 1.41</td>' in html and 'src="table3_a-bleu.png"' in html
 
 
 def test_no_runs_is_one_clear_error(tmp_path, capsys):
@@ -183,7 +188,7 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
                         lambda run_dirs, out_dir: calls.append((run_dirs, out_dir)) or "## Heads\n\nfrom analyze")
     R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
     assert calls == [([run], tmp_path / "r")]
-    assert (tmp_path / "r" / "table3_a.md").read_text().rstrip().endswith("## Heads\n\nfrom analyze")
+    assert "\n## Heads\n\nfrom analyze\n" in (tmp_path / "r" / "table3_a.md").read_text()
 
     (run / "analysis" / "analysis.json").unlink()  # no analysed run: no section
     R.write_report("table3_a", sweep_dir, tmp_path / "r2", n_samples=50)

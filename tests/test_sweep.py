@@ -293,12 +293,12 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     assert (cfg["model"]["positions"], cfg["seed"], cfg["sweep"]) == ("learned", 1, "table3_e")
     # the composed config's own tags (experiment=smoke's) stay; the sweep adds its row and cell
     assert cfg["tags"] == ["smoke", "row-E", "cell-h4-dk8-dv8-pos-learned"]
-    assert cfg["logger"]["wandb"]["group"] == "table3_e"
+    assert cfg["logger"]["wandb"]["group"] == cfg["cell"] == "h4-dk8-dv8-pos-learned"  # the cell's seeds aggregate
     assert list((tmp_path / "multirun" / "table3_e" / "h4-dk8-dv8-pos-learned-s1" / "wandb").glob("offline-run-*"))
 
     paths = write_report("table3_e", tmp_path / "multirun", tmp_path / "reports", n_samples=100)
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
-    assert "| base |" in (tmp_path / "reports" / "table3_e.md").read_text()
+    assert "| h4-dk8-dv8-pos-sinusoidal (base) |" in (tmp_path / "reports" / "table3_e.md").read_text()
 
     monkeypatch.setattr(S.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
     assert S.main(args) == 0 and "nothing to run" in capsys.readouterr().out

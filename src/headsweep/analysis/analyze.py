@@ -313,7 +313,7 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
     mode = mode or os.environ.get("WANDB_MODE") or "offline"
     wandb_cfg = results["config"].get("logger", {}).get("wandb", {}) or {}
     run = wandb.init(project=wandb_cfg.get("project") or "headsweep", name=f"{a['run_name']}-analysis",
-                     group=a.get("sweep"), job_type="analysis", dir=str(run_dir), mode=mode,
+                     group=wandb_cfg.get("group") or a.get("sweep"), job_type="analysis", dir=str(run_dir), mode=mode,
                      config={"analysis": a["settings"], "split": a["split"], "model": a["model"],
                              "checkpoint": a["checkpoint"]})
     try:

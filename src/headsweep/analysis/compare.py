@@ -14,9 +14,9 @@ import statistics
 from pathlib import Path
 
 from headsweep.analysis.importance import KIND_NAMES
-from headsweep.analysis.markdown import _table
-from headsweep.analysis.plots import pyplot
-from headsweep.experiments.significance import holm, mean_sd, seed_test
+from headsweep.reporting.markdown import figure, table
+from headsweep.reporting.plots import pyplot
+from headsweep.reporting.stats import holm, mean_sd, seed_test
 
 # (key, column, format, words for a higher value, words for a lower one)
 MEASURES = (
@@ -116,7 +116,7 @@ def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
         n1, n0 = len(these[0]["values"]), len(these[0]["base_values"])
         tail = (f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}." if real else
                 f"None of these differences is larger than the seed spread after Holm (p < {alpha:g}).")
-        words.append(f"head_dropout {hd:g} against {these[0]['base']:g} (n = {n1} vs {n0} seeds): "
+        words.append(f"head dropout {hd:g} against {these[0]['base']:g} (n = {n1} vs {n0} seeds): "
                      + "; ".join(parts) + ". " + tail)
     return words
 
@@ -170,9 +170,10 @@ def report_section(run_dirs: list[Path], out_dir: Path) -> str:
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
         f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over seeds; the test BLEU (beam) "
         "with its paired bootstrap is in the table above.", "",
-        f"![pruning curves]({png.name})", "",
+        figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
+               "attention kinds, one line per head dropout setting, mean ± sd over seeds."), "",
     ]
-    lines += _table(["head_dropout", "runs", *[col for _, col, *_ in MEASURES]], rows)
+    lines += [*table(["head dropout", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
     words = verdict_words(comparisons(measured))
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
     if skipped:
@@ -204,7 +205,7 @@ def _plot_curves(groups: dict[float, list[dict]], grid: list[float], out_dir: Pa
     for hd in sorted(groups):
         curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in groups[hd]]
         mean = [statistics.fmean(c) for c in zip(*curves)]
-        line, = ax.plot(xs, mean, "o-", ms=3, label=f"head_dropout {hd:g} (n={len(curves)})")
+        line, = ax.plot(xs, mean, "o-", ms=3, label=f"head dropout {hd:g} (n={len(curves)})")
         if len(curves) > 1:
             sd = [statistics.stdev(c) for c in zip(*curves)]
             ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],

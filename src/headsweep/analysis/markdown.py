@@ -9,20 +9,27 @@ from pathlib import Path
 
 from headsweep.analysis.importance import KIND_NAMES, NORMALISATION, POOLS
 from headsweep.model import ATTENTION_KINDS
+from headsweep.reporting.markdown import table
+
 
 def _f(x, fmt="{:.2f}") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *["| " + " | ".join(str(c) for c in row) + " |" for row in rows], ""]
+    return [*table(header, rows), ""]
 
 
 def markdown(a: dict) -> str:
     """analysis.md: every part of the analysis, in words, tables and the plots' file names."""
-    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _layers_md, _redundancy_md, _maps_md)
+    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _if_present("layer_roles", _layers_md),
+             _if_present("redundancy", _redundancy_md), _maps_md)
     return "\n".join(line for part in parts for line in part(a))
+
+
+def _if_present(key: str, part):
+    """A part written only when the analysis has `key` (older analyses lack the later parts)."""
+    return lambda a: part(a, a[key]) if a.get(key) else []
 
 
 def _importance_md(a: dict) -> list[str]:
@@ -49,10 +56,15 @@ def _importance_md(a: dict) -> list[str]:
         "so each row below has unit l2 norm; the pruning order over all heads uses these normalised scores.", "",
         f"![importance]({a['files']['importance']})", "",
     ]
+    return lines + _kind_tables(n_heads, lambda kind: [[f"{v:.2f}" for v in row] for row in imp[kind]])
+
+
+def _kind_tables(n_heads: int, cells_of) -> list[str]:
+    """One layer x head table per attention kind; cells_of(kind) gives each layer's row of cells."""
+    lines = []
     for kind in ATTENTION_KINDS:
-        lines += [f"**{KIND_NAMES[kind]}**", ""]
-        lines += _table(["layer"] + [f"h{h}" for h in range(n_heads)],
-                        [[l] + [f"{v:.2f}" for v in row] for l, row in enumerate(imp[kind])])
+        lines += [f"**{KIND_NAMES[kind]}**", "", *_table(["layer"] + [f"h{h}" for h in range(n_heads)],
+                                                        [[l, *cells] for l, cells in enumerate(cells_of(kind))])]
     return lines
 
 
@@ -70,11 +82,9 @@ def _ablation_md(a: dict) -> list[str]:
         "Loss, not BLEU: one head moves BLEU on a few hundred decoded sentences by less than its noise.", "",
         f"![ablation]({a['files']['ablation']})", "",
     ]
-    for kind in ATTENTION_KINDS:
-        lines += [f"**{KIND_NAMES[kind]}**", ""]
-        lines += _table(["layer"] + [f"h{h}" for h in range(n_heads)],
-                        [[l] + [f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}"
-                                for h in range(n_heads)] for l in range(n_layers)])
+    lines += _kind_tables(n_heads, lambda kind: [
+        [f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}" for h in range(n_heads)]
+        for l in range(n_layers)])
     lines += [
         "## Keeping only the most important head of a layer (Michel et al., Table 2)", "",
         "All heads of one layer removed except the one with the highest importance (Michel tried every head "
@@ -162,11 +172,8 @@ def locality_words(layers: list[dict]) -> list[str]:
     return words
 
 
-def _layers_md(a: dict) -> list[str]:
+def _layers_md(a: dict, layers: list[dict]) -> list[str]:
     """Per layer: the share of heads with each role, mean entropy and distance."""
-    layers = a.get("layer_roles")
-    if not layers:
-        return []
     lines = ["## Roles by layer", "",
              "Share of each layer's heads with a role (thresholds above), and its heads' mean entropy (nats), attention "
              "distance (Σ_j a_j |j − i| in tokens; self-attention only) and confidence. Is the usual picture, early "
@@ -179,11 +186,8 @@ def _layers_md(a: dict) -> list[str]:
     return lines
 
 
-def _redundancy_md(a: dict) -> list[str]:
+def _redundancy_md(a: dict, red: dict) -> list[str]:
     """Near-duplicate heads (Jensen-Shannon divergence) and whether redundancy predicts cheap pruning."""
-    red = a.get("redundancy")
-    if not red:
-        return []
     lines = ["## Redundant heads (Clark et al. 2019)", "",
              "Jensen-Shannon divergence between two heads' attention distributions (bits, 0 = identical, 1 = disjoint), "
              f"averaged over the query tokens of the decoded sentences; heads clustered by average linkage, groups "

@@ -9,14 +9,7 @@ import torch
 
 from headsweep.analysis.importance import KIND_NAMES, POOLS
 from headsweep.model import ATTENTION_KINDS
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
+from headsweep.reporting.plots import pyplot
 
 
 def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path: Path, cmap: str,

@@ -30,9 +30,10 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.ablation import DECODING, Evaluator
 from headsweep.analysis.importance import AnalysisError, head_importance, normalise_per_layer, pruning_order
-from headsweep.analysis.plots import pyplot
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
+from headsweep.reporting.markdown import table
+from headsweep.reporting.plots import pyplot
 from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RunError, load_run, read_results
 from headsweep.training.train import train
@@ -56,6 +57,10 @@ def finetune_config(results: dict, checkpoint: Path, out_dir: Path, lam: float, 
     cfg.update(init_from=str(checkpoint), run_name=f"{results.get('run_name')}-l0-{lam:g}", sweep=None,
                average_last=0, export_dir=None, tags=[*cfg.get("tags", []), "l0-prune"],
                threads=None)  # this process's threads, not those the run had beside other sweep jobs
+    # its own W&B group and job type: not one more seed of the cell the model was trained in
+    cfg["cell"] = cfg["run_name"]
+    if isinstance(cfg.get("logger", {}).get("wandb"), dict):
+        cfg["logger"]["wandb"].update(group=cfg["cell"], job_type="l0-prune")
     return cfg
 
 
@@ -154,21 +159,22 @@ def markdown(record: dict) -> str:
     lines = [f"# Pruning heads while training (hard-concrete gates, L0) vs Michel's post-hoc pruning", "",
              f"{record['split']}, {record['sentences']} sentences, {record['decoding']}; full model BLEU {full:.2f}, "
              f"{record['heads']} heads. Fine-tuning: {record['steps']} steps, peak LR {record['peak_lr']:g}, "
-             f"gate LR {record['gate_lr']:g}. Michel: {record['importance']}, no fine-tuning.", "",
-             "| lambda | heads kept | enc self | dec self | cross | BLEU concrete | BLEU Michel, same counts "
-             "| kept among the most important (enc/dec/cross) |", "|---|---|---|---|---|---|---|---|"]
+             f"gate LR {record['gate_lr']:g}. Michel: {record['importance']}, no fine-tuning.", ""]
     control = [r for r in record["rows"] if r["lambda"] == 0]
     if control:  # the concrete models had extra training steps that Michel's did not
         bleu = control[0]["concrete"]["bleu"]
-        lines[4:4] = [f"lambda 0 is the control: the same fine-tuning with gates and no penalty, {bleu:.2f} BLEU "
-                      f"({bleu - full:+.2f} against the model it started from), which is what the fine-tuning alone "
-                      "gives; compare the concrete models with it, and Michel's (not fine-tuned) with the full "
-                      "model.", ""]
+        lines += [f"lambda 0 is the control: the same fine-tuning with gates and no penalty, {bleu:.2f} BLEU "
+                  f"({bleu - full:+.2f} against the model it started from), which is what the fine-tuning alone "
+                  "gives; compare the concrete models with it, and Michel's (not fine-tuned) with the full "
+                  "model.", ""]
+    rows = []
     for r in record["rows"]:
         k, top = r["kept_per_kind"], r["kept_among_most_important"]
         share = " / ".join("-" if top[x] is None else f"{top[x]:.0%}" for x in ATTENTION_KINDS)
-        lines.append(f"| {r['lambda']:g} | {r['heads_kept']} | {k['enc_self']} | {k['dec_self']} | {k['cross']} "
-                     f"| {r['concrete']['bleu']:.2f} | {r['michel']['bleu']:.2f} | {share} |")
+        rows.append([f"{r['lambda']:g}", r["heads_kept"], k["enc_self"], k["dec_self"], k["cross"],
+                     f"{r['concrete']['bleu']:.2f}", f"{r['michel']['bleu']:.2f}", share])
+    lines += table(["lambda", "heads kept", "enc self", "dec self", "cross", "BLEU concrete", "BLEU Michel, same counts",
+                    "kept among the most important (enc/dec/cross)"], rows)
     lines += ["", "Kept heads (layer.head) of the concrete-gate models:", ""]
     for r in record["rows"]:
         kept = "; ".join(f"{kind}: " + (" ".join(f"{l}.{h}" for l, h in r["kept"][kind]) or "none")

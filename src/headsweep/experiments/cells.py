@@ -1,5 +1,6 @@
 """The finished runs of a sweep, grouped into grid cells (seeds pooled): what `make report` tabulates.
-Reads only what runs wrote: results.json, and the metrics CSV for learning curves."""
+Reads only what runs wrote: results.json, the metrics CSV for learning curves, the test hypotheses; a run
+whose files are missing or from another sweep is left out, with why."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from omegaconf import OmegaConf
 
 from headsweep.experiments.specs import flatten_config
 from headsweep.experiments.paper import COLUMNS
+from headsweep.training.checks import default_cell
 from headsweep.training.runs import RESULTS, read_results
 
 
@@ -43,30 +45,72 @@ class Cell:
         return [r.results["metrics"][metric] for r in self.runs if metric in r.results["metrics"]]
 
 
-def load_runs(sweep_dir: Path) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """The complete runs (in name order) and the others, each with why it is not complete."""
-    runs, unfinished = [], []
+def load_runs(sweep_dir: Path, sweep: str | None = None) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """The usable runs (in name order) and the others, each with why it is left out: not finished, an
+    unreadable or half-written results.json, a run of another sweep (when `sweep` is given), or files the
+    report needs that are missing. Reads only; nothing under sweep_dir is written."""
+    runs, left_out = [], []
     for d in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
             results = read_results(d)
         except (OSError, json.JSONDecodeError) as e:
-            unfinished.append((d, f"unreadable {RESULTS}: {e}"))
+            left_out.append((d, f"unreadable {RESULTS} (half-written?): {e}"))
             continue
         if results is None:
-            if (d / ".hydra").is_dir():  # a job directory; anything else in the sweep dir is not ours
-                unfinished.append((d, f"no {RESULTS} (running, killed or crashed)"))
+            left_out.append((d, f"no {RESULTS} (running, killed or crashed)"))
             continue
         if results.get("status") != "complete":
-            unfinished.append((d, results.get("error") or f"status {results.get('status')!r}"))
+            left_out.append((d, results.get("error") or f"status {results.get('status')!r}"))
             continue
-        cfg = results["config"]
-        tags = cfg.get("tags") or []
-        cell = next((t[len("cell-"):] for t in tags if t.startswith("cell-")), None)
-        if cell is None:  # not from `make sweep`: strip the seed from the name, h8-dk32-dv32-s1 -> h8-dk32-dv32
-            name = results.get("run_name") or d.name
-            cell = name.rsplit("-s", 1)[0]
-        runs.append(Run(d, results, flatten_config(OmegaConf.create(cfg)), cell, cfg["seed"], "base" in tags))
-    return runs, unfinished
+        try:
+            run = as_run(d, results)
+        except (KeyError, TypeError, ValueError) as e:
+            left_out.append((d, f"{RESULTS} lacks what a finished run records ({type(e).__name__}: {e})"))
+            continue
+        if why := problem(run, sweep):
+            left_out.append((d, why))
+        else:
+            runs.append(run)
+    return runs, left_out
+
+
+def as_run(d: Path, results: dict) -> Run:
+    cfg = results["config"]
+    tags = cfg.get("tags") or []
+    # the cell tag first: a run another sweep made and this one adopted keeps its old `cell` key
+    cell = next((t[len("cell-"):] for t in tags if t.startswith("cell-")), None) or cfg.get("cell") \
+        or default_cell(results.get("run_name") or d.name)
+    return Run(d, results, flatten_config(OmegaConf.create(cfg)), cell, cfg["seed"], "base" in tags)
+
+
+def problem(run: Run, sweep: str | None) -> str | None:
+    """Why a finished run cannot be compared with the others, in a few words; None when it can."""
+    # the config's sweep: a run copied from another sweep (copy_run, adopt_run) has the new sweep's there
+    theirs = run.results["config"].get("sweep") or run.results.get("sweep")
+    if sweep is not None and theirs is not None and theirs != sweep:
+        return f"a run of sweep '{theirs}' (the config in its {RESULTS}), not of {sweep}"
+    if "test/bleu" not in run.results.get("metrics", {}):
+        return f"no test/bleu among the metrics of its {RESULTS}"
+    if metrics_csv(run) is None:
+        return "no metrics CSV (metrics.csv, or csv/metrics.csv in a run directory): no learning curve"
+    try:
+        hyps = hypotheses_path(run)
+    except ReportError as e:
+        return str(e).split(": ", 1)[-1]
+    return None if hyps.is_file() else f"its test hypotheses are missing ({hyps})"
+
+
+def hypotheses_path(run: Run) -> Path:
+    """The test hypotheses the run's test/bleu scores: beam, else greedy; found next to results.json if
+    the run directory was moved."""
+    split = run.results["config"]["data"]["test_split"]
+    files = run.results.get("hypotheses", {})
+    for key in (f"{split}.beam", f"{split}.greedy"):
+        if key in files:
+            path = Path(files[key])
+            beside = run.dir / "hypotheses" / path.name  # a copy next to results.json (results/) comes first
+            return beside if beside.is_file() else path if path.is_absolute() else run.dir / path
+    raise ReportError(f"{run.dir / RESULTS}: no test hypotheses listed for split {split}")
 
 
 # Settings that change how a run is recorded, not what it trains (checkpoint cadence, loggers): a cell
@@ -101,10 +145,14 @@ def group_cells(runs: list[Run]) -> list[Cell]:
     return cells
 
 
+def metrics_csv(run: Run) -> Path | None:
+    """The run's metrics CSV: results/ exports it as metrics.csv, a run directory has csv/metrics.csv."""
+    return next((p for p in (run.dir / "metrics.csv", run.dir / "csv" / "metrics.csv") if p.is_file()), None)
+
+
 def learning_curve(run: Run) -> dict[int, dict[str, float]]:
-    """{step: {"val/loss": .., "val/bleu": ..}} from the run's metrics CSV (results/ exports it as
-    metrics.csv, a run directory has csv/metrics.csv); empty if there is none."""
-    path = next((p for p in (run.dir / "metrics.csv", run.dir / "csv" / "metrics.csv") if p.is_file()), None)
+    """{step: {"val/loss": .., "val/bleu": ..}} from the run's metrics CSV; empty if there is none."""
+    path = metrics_csv(run)
     curve: dict[int, dict[str, float]] = {}
     if path is None:
         return curve

@@ -29,6 +29,7 @@ from scipy import stats
 from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
+from headsweep.reporting.plots import pyplot
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
@@ -118,8 +119,6 @@ def fit(points: list[Point]) -> dict:
 
 
 def figure(points: list[Point], path: Path) -> Path:
-    from headsweep.experiments.report_plots import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     hs = sorted({p.h for p in points})

@@ -1,20 +1,24 @@
-"""Table 3 for one sweep: `make report SWEEP=table3_a` writes reports/<sweep>.md and .html with PNG plots.
+"""A sweep's report: `make report SWEEP=table3_a` writes reports/<sweep>.md, .html (the markdown rendered)
+and .json (its cells, for the index), PNG plots, and reports/index.html linking every sweep's report and
+every prune report (`--sweep all`: every sweep under --root).
 
-    python -m headsweep.experiments.report --sweep table3_a [--root results] [--out reports] [--samples 1000]
+    python -m headsweep.experiments.report --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
 
 Reads nothing but the runs' results.json files under results/<sweep>/ and the files they name
-(hypotheses; the test references from each run's data config), so it works offline and on copied runs.
-One row per grid cell, seeds pooled: BLEU/chrF/PPL as mean ± sd over seeds, Δ test BLEU against the
-base cell (tagged `base` by `make sweep`) with a p-value from sacreBLEU's paired bootstrap, and the
-paper's numbers for the matching Table 3 row. With WANDB_MODE=online the table also goes to W&B.
+(hypotheses, metrics CSV; the test references from each run's data config), so it works offline and on
+copied runs, and writes nothing there. A run that cannot be compared (unfinished, half-written, another
+sweep's, files missing) is named with why, on stderr and in the report, and left out of every number.
+One row per grid cell, seeds pooled: BLEU/chrF as mean ± sd over seeds, Δ test BLEU against the base cell
+(tagged `base` by `make sweep`) with p-values from sacreBLEU's paired bootstrap (Holm-corrected), and the
+paper's numbers for the matching Table 3 row; the rest of each cell in a collapsible block. With
+WANDB_MODE=online the table also goes to W&B.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
+import json
 import os
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -23,15 +27,32 @@ from headsweep.analysis.compare import report_section
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
-from headsweep.experiments.significance import holm, mean_sd, paired_bootstrap, ranking_agreement, seed_test
+from headsweep.experiments.report_site import index_record, write_index
+from headsweep.experiments.report_table import (cell_details, display, missing_words, p_words, reader_name,
+                                                shows_paper, table, varies)
+from headsweep.experiments.significance import paired_bootstrap
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import figure
+from headsweep.reporting.markdown import table as markdown_table
+from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.sizes import attention_flops
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
-POOLING = ("p: sacreBLEU's paired bootstrap (1000 resamples unless --samples says otherwise) of the cell "
-           "against the base on the test split, seeds pooled: each side's hypotheses of the seeds both cells "
-           "have, concatenated in seed order, against the references repeated once per seed; so a resample "
-           "draws (sentence, seed) pairs and compares the two cells on the same ones. p Holm: the same p-values "
-           "adjusted by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). "
-           "p seeds: Welch's t-test of the cell's per-seed test BLEU against the base's.")
+METRICS = (("val_ppl", "val/ppl"), ("val_bleu", "val/bleu"), ("test_bleu", "test/bleu"), ("test_chrf", "test/chrf"),
+           ("test_ppl", "test/ppl"))
+POOLING = ("p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
+           "split, seeds pooled: each side's hypotheses of the seeds both cells have, concatenated in seed order, "
+           "against the references repeated once per seed; so a resample draws (sentence, seed) pairs and compares "
+           "the two cells on the same ones. p <= {floor:.3f}: no resample favoured the base, the smallest p "
+           "{n} resamples can give (1 / ({n} + 1)), so a bound, not a value. p Holm: the same p-values adjusted "
+           "by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). p seeds: "
+           "Welch's t-test of the cell's per-seed test BLEU against the base's.")
+PAPER = ("Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
+         "en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, N, d_ff, d_k, "
+         "d_v are the paper's base sizes); our PPL is per subword on our val split.")
+FLOPS = ("Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
+         "cross) per token, at {context} tokens of context, counted as Hoffmann et al. 2022 (appendix F) do: 2 per "
+         "multiply-add of the projections, QK^T and the weighted values, 3 per attention weight for the softmax.")
 
 
 def settings(flat: dict) -> dict:
@@ -54,7 +75,36 @@ def paper_row(ours: dict, base: dict | None, rows: list[dict]) -> dict | None:
     return None
 
 
-# ----------------------------------------------------------------------------- significance
+
+
+# ----------------------------------------------------------------------------- the numbers
+
+
+def compile_setting(config: dict) -> str:
+    """How a run's model was compiled: a `compile` key of module or trainer (newer runs), else eager."""
+    for where in (config.get("module") or {}, config.get("trainer") or {}, config):
+        if "compile" in where:
+            value = where["compile"]
+            return "eager (not compiled)" if value in (None, False) else \
+                "compiled" if value is True else f"compiled ({value})"
+    return "eager (not compiled)"
+
+
+def cell_numbers(c: Cell) -> dict:
+    """What a cell is and scores, seeds pooled, before any comparison with the base."""
+    first = c.runs[0]
+    flops = attention_flops(first.results["config"]["model"])
+    row = {**settings(first.flat), "params_M": first.results["params"]["total"] / 1e6,
+           "params": dict(first.results["params"]), "attn_mflops": flops["attention_per_token"] / 1e6,
+           "flops_context": flops["context"], "n": len(c.runs), "seeds": [r.seed for r in c.runs],
+           "steps": statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs),
+           "max_steps": first.results["config"]["trainer"]["max_steps"],
+           "precision": " / ".join(sorted({str(r.results["config"]["trainer"].get("precision")) for r in c.runs})),
+           "compile": " / ".join(sorted({compile_setting(r.results["config"]) for r in c.runs})),
+           "test_bleu_seeds": c.values("test/bleu")}
+    for name, metric in METRICS:
+        row[name], row[name + "_sd"] = mean_sd(c.values(metric))
+    return row
 
 
 def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
@@ -63,38 +113,32 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     rows = table3()
     base_settings = settings(base.runs[0].flat) if base else None
     paper_base = next(r for r in rows if r["row"] == "base")
-    base_bleu, _ = mean_sd(base.values("test/bleu")) if base else (None, None)
+    for c in cells:
+        c.row.update(cell_numbers(c))
     signature = None
+    floor = 1 / (n_samples + 1)  # sacreBLEU's p = (resamples favouring the base + 1) / (n + 1)
     # a cell that differs from the base in a setting Table 3 has no column for (head dropout, say) has no
     # paper row, even when its Table 3 columns equal the base's
     other_keys = [k for k in varied_keys(cells) if k not in COLUMNS] if base and len(cells) > 1 else []
     for c in cells:
-        first = c.runs[0]
         row = c.row
-        row.update(settings(first.flat))
-        row["params_M"] = first.results["params"]["total"] / 1e6
-        row["n"] = len(c.runs)
-        row["steps"] = statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs)
-        row["max_steps"] = first.results["config"]["trainer"]["max_steps"]
-        for name, metric in (("val_ppl", "val/ppl"), ("val_bleu", "val/bleu"), ("test_bleu", "test/bleu"),
-                             ("test_chrf", "test/chrf"), ("test_ppl", "test/ppl")):
-            row[name], row[name + "_sd"] = mean_sd(c.values(metric))
-        row["seeds"] = [r.seed for r in c.runs]
-        row["test_bleu_seeds"] = c.values("test/bleu")
-        row["delta"] = row["p"] = row["p_note"] = row["p_seeds"] = None
+        row.update(delta=None, p=None, p_note=None, p_seeds=None)
         if base is not None and c is not base:
-            row["delta"] = None if row["test_bleu"] is None or base_bleu is None else row["test_bleu"] - base_bleu
+            row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - base.row["test_bleu"]
             test = paired_bootstrap(base, c, n_samples)
             row["p"], row["p_note"] = test["p"], test.get("note")
             row["p_seeds"] = seed_test(base.values("test/bleu"), c.values("test/bleu"))
             signature = test.get("signature") or signature
-        off_table = any(first.flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
-        paper = None if off_table else paper_row(settings(first.flat), base_settings, rows)
+        # at the floor, every smaller p is too: its Holm adjustment is a bound as well
+        row["p_bound"] = row["p"] is not None and row["p"] <= floor * (1 + 1e-9)
+        off_table = base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
+        paper = None if off_table else paper_row(settings(c.runs[0].flat), base_settings, rows)
         row["paper"] = paper
         row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
     for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
         c.row["p_holm"] = adjusted
-    return {"base": base, "signature": signature, "ranking": ranking_stability(cells)}
+    return {"base": base, "signature": signature, "ranking": ranking_stability(cells), "n_samples": n_samples,
+            "other_keys": other_keys}
 
 
 def ranking_stability(cells: list[Cell]) -> dict | None:
@@ -126,55 +170,90 @@ def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
                  "this large" if r["p_seeds"] is None else
                  f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
                  f"significant (Welch p = {r['p_seeds']:.3f})")
+        p = p_words(r["p_holm"], r["p_bound"])
         if r["p_holm"] < alpha:
-            lines.append(f"{c.label}: {direction} than the base by {abs(r['delta']):.2f} BLEU, significant after "
-                         f"Holm's correction (p = {r['p_holm']:.3f}){seeds}.")
+            lines.append(f"{display(c)}: {direction} than the base by {abs(r['delta']):.2f} BLEU, significant after "
+                         f"Holm's correction ({p}){seeds}.")
         else:
-            lines.append(f"{c.label}: {r['delta']:+.2f} BLEU against the base, not significant after Holm's "
-                         f"correction (p = {r['p_holm']:.3f}){seeds}.")
+            lines.append(f"{display(c)}: {r['delta']:+.2f} BLEU against the base, not significant after Holm's "
+                         f"correction ({p}){seeds}.")
     return lines
 
 
-def fmt(value, digits: int = 2, sd=None) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        text = f"{value:.{digits}f}"
-        return f"{text} ± {sd:.{digits}f}" if sd is not None else text
-    return str(value)
-
-
-def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Table 3's layout: the settings (h, d_k, d_v and whatever else the sweep varies), then our numbers,
-    then the paper's for the matching row."""
-    extra = [k for k in keys if k not in ("model.heads", "model.d_k", "model.d_v")]
-    columns = (["", "h", "d_k", "d_v"] + [COLUMNS.get(k, k) for k in extra]
-               + ["params (M)", "steps", "PPL val", "BLEU val", "BLEU test", "chrF test", "n seeds",
-                  "Δ BLEU test", "p", "p Holm", "p seeds", "paper row", "paper PPL", "paper BLEU", "paper Δ BLEU", "paper params (M)"])
-    body = []
-    for c in cells:
-        r, first = c.row, c.runs[0]
-        paper = r["paper"] or {}
-        stopped = "*" if r["steps"] < r["max_steps"] else ""
-        body.append(
-            ["base" if c.base else c.label, fmt(r["h"]), fmt(r["d_k"]), fmt(r["d_v"])]
-            + [fmt(first.flat[k]) for k in extra]
-            + [fmt(r["params_M"], 1 if r["params_M"] >= 1 else 3), f"{r['steps']:.0f}{stopped}", fmt(r["val_ppl"], 2, r["val_ppl_sd"]),
-               fmt(r["val_bleu"], 2, r["val_bleu_sd"]), fmt(r["test_bleu"], 2, r["test_bleu_sd"]),
-               fmt(r["test_chrf"], 1, r["test_chrf_sd"]), str(r["n"]),
-               "—" if r["delta"] is None else f"{r['delta']:+.2f}",
-               "—" if r["p"] is None else f"{r['p']:.3f}",
-               "—" if r.get("p_holm") is None else f"{r['p_holm']:.3f}",
-               "—" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}",
-               paper.get("row", "—"), fmt(paper.get("dev_ppl")), fmt(paper.get("dev_bleu"), 1),
-               "—" if r["paper_delta"] is None else f"{r['paper_delta']:+.1f}", fmt(paper.get("params_M"), 0)])
-    return columns, body
-
-
-# ----------------------------------------------------------------------------- plots
+def ranking_words(ranking: dict | None, cells: list[Cell]) -> list[str]:
+    if not ranking or ranking["tau"] is None:
+        return []
+    name = {c.label: display(c) for c in cells}
+    order = lambda labels: ", ".join(name[label] for label in labels)  # noqa: E731
+    return [f"Ranking over training: Kendall's tau {ranking['tau']:.2f} between the cells' order by mean val BLEU at "
+            f"step {ranking['half_step']} ({order(ranking['order_half'])}) and at step {ranking['last_step']} "
+            f"({order(ranking['order_last'])}); 1 means the order was already settled at half the budget."]
 
 
 # ----------------------------------------------------------------------------- writing
+
+
+def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
+    """The sweep, what it varies, and its Table 3 row (from the jobs' row tag) where it has one."""
+    tags = cells[0].runs[0].results["config"].get("tags") or []
+    row = next((t[len("row-"):] for t in tags if t.startswith("row-")), None)
+    varied = ", ".join(map(reader_name, keys)) if len(cells) > 1 else "one cell"
+    return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
+
+
+def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: list) -> list[str]:
+    """The bullets above the table: what was compared, how, what is the same in every cell, and what
+    was left out."""
+    first, base = runs[0].results["config"], info["base"]
+    seeds = sorted({len(c.runs) for c in cells})
+    lines = [f"{len(runs)} runs ({' or '.join(map(str, seeds))} seeds per cell) in {len(cells)} cells from "
+             f"`{sweep_dir}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
+                                   "or p-values."),
+             f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
+             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; mean ± sd over seeds. "
+             "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
+             "(see Method)."]
+    same = [f"{cells[0].row['params_M']:.2f} M parameters"] * (not varies(cells, "params_M"))
+    same += [f"{cells[0].row['steps']:.0f} training steps"] * all(c.row["steps"] == c.row["max_steps"] for c in cells)
+    for key in ("precision", "compile"):
+        if len({c.row[key] for c in cells}) == 1:
+            same.append(("precision " if key == "precision" else "") + cells[0].row[key])
+    if same:
+        lines.append("Every cell: " + ", ".join(same) + ".")
+    if any(c.row["steps"] < c.row["max_steps"] for c in cells):
+        lines.append("\\* stopped before trainer.max_steps (trainer.max_time): those cells trained fewer steps.")
+    if not shows_paper(cells):
+        other = ", ".join(map(reader_name, info["other_keys"])) or "the settings varied here"
+        lines.append(f"No cell but the base has a row in the paper's Table 3 ({other}: not among its settings), "
+                     "so the table has no paper columns; the base's row is in its details.")
+    lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
+    lines += [w for c in cells for w in missing_words(c)]
+    if left_out:
+        lines.append(f"Left out of the table and of every number ({len(left_out)}):\n"
+                     + "\n".join(f"  - `{d.name}`: {why}" for d, why in left_out))
+    return lines
+
+
+def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[str], info: dict,
+                   figures: list[tuple[Path, str]], section: str | None) -> str:
+    """The page: title, notes, the table and each cell's details, the findings, the figures, the head
+    analysis where the runs have one, the method."""
+    findings = verdicts(cells) + ranking_words(info["ranking"], cells)
+    method = [POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)), PAPER,
+              FLOPS.format(context=cells[0].row["flops_context"])]
+    if info["signature"]:
+        method.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
+    figures_note = [] if varies(cells, "params_M") else \
+        [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
+    md = [f"# {head}", "", *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
+          "Per cell:", "", *[line for c in cells for line in cell_details(c, info["n_samples"])],
+          *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
+          "## Figures", "", *figures_note,
+          *[line for i, (path, caption) in enumerate(figures, 1) for line in
+            (figure(path.name, f"Figure {i}. {caption}"), "")]]
+    if section:
+        md += [section, ""]
+    return "\n".join(md + ["## Method", "", *[f"- {m}" for m in method], ""])
 
 
 def analysis_section(run_dirs: list[Path], out_dir: Path) -> str | None:
@@ -197,112 +276,57 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
     return True
 
 
-def markdown_table(columns: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
-
-
-def html_table(columns: list[str], body: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>\n" for row in body)
-    return f"<table>\n<tr>{head}</tr>\n{rows}</table>"
-
-
 def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path("reports"),
                  n_samples: int = 1000) -> list[Path]:
     sweep_dir = root / sweep
     if not sweep_dir.is_dir():
         raise ReportError(f"no runs of sweep '{sweep}': {sweep_dir} does not exist; run `make sweep SWEEP={sweep}` first")
-    runs, unfinished = load_runs(sweep_dir)
+    runs, left_out = load_runs(sweep_dir, sweep)
+    for d, why in left_out:
+        print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
     if not runs:
-        raise ReportError(f"no finished runs in {sweep_dir} ({len(unfinished)} unfinished); "
+        raise ReportError(f"no usable runs in {sweep_dir} ({len(left_out)} left out); "
                           f"run or resume `make sweep SWEEP={sweep}` first")
     cells = group_cells(runs)
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
-    columns, body = table(cells, keys)
     out_dir.mkdir(parents=True, exist_ok=True)
-    images = plots(sweep, cells, keys, out_dir)
     curves = learning_curves(sweep, cells, out_dir)
-    images += [curves] if curves else []
-
-    first = runs[0].results["config"]
-    notes = [
-        f"{len(runs)} finished runs in {len(cells)} cells from `{sweep_dir}`; test split "
-        f"`{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
-        f"test BLEU decoded with beam {first['module']['test_beam_size']}; val BLEU is greedy.",
-        "Numbers: mean ± sd (sample sd) over seeds; Δ BLEU test: mean test BLEU of the cell minus the base's.",
-        POOLING if info["base"] else "No cell is tagged `base`: no Δ BLEU or p-values.",
-        "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on "
-        "WMT14 en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, "
-        "N, d_ff, d_k, d_v are the paper's base sizes); our PPL is per subword on our val split.",
-    ]
-    if info["signature"]:
-        notes.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
-    if any(c.row["steps"] < c.row["max_steps"] for c in cells):
-        notes.append("\\* stopped before trainer.max_steps (trainer.max_time): those cells trained fewer steps.")
-    if any(c.row["p_note"] for c in cells):
-        notes += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
-    if unfinished:
-        notes.append("Not finished (not in the table): " + "; ".join(f"{d.name}: {why}" for d, why in unfinished))
-    findings = verdicts(cells) + ranking_words(info["ranking"])
-
-    md = [f"# {sweep}: Table 3 ablation", "", *[f"- {n}" for n in notes], "", markdown_table(columns, body), "",
-          *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
-          *[f"![{p.stem}]({p.name})" for p in images], ""]
-    section = analysis_section([r.dir for r in runs], out_dir)
-    if section:
-        md += ["", section, ""]
-    md_path, html_path = out_dir / f"{sweep}.md", out_dir / f"{sweep}.html"
-    md_path.write_text("\n".join(md))
-    html_path.write_text(html_page(sweep, notes, findings, columns, body, images, section))
-    project = first.get("logger", {}).get("wandb", {}).get("project", "headsweep")
-    log_to_wandb(sweep, project, columns, body, images)
-    return [md_path, html_path, *images]
+    figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else [])
+    head = title(sweep, cells, keys)
+    md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
+                        analysis_section([r.dir for r in runs], out_dir))
+    md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
+    md_path.write_text(md)
+    html_path.write_text(page(head, md))
+    json_path.write_text(json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))
+    project = runs[0].results["config"].get("logger", {}).get("wandb", {}).get("project", "headsweep")
+    log_to_wandb(sweep, project, *table(cells, keys), [p for p, _ in figures])
+    return [md_path, html_path, json_path, *(p for p, _ in figures)]
 
 
-def ranking_words(ranking: dict | None) -> list[str]:
-    if not ranking or ranking["tau"] is None:
-        return []
-    return [f"Ranking over training: Kendall's tau {ranking['tau']:.2f} between the cells' order by mean val BLEU at "
-            f"step {ranking['half_step']} ({', '.join(ranking['order_half'])}) and at step {ranking['last_step']} "
-            f"({', '.join(ranking['order_last'])}); 1 means the order was already settled at half the budget."]
-
-
-def html_page(sweep: str, notes: list[str], findings: list[str], columns: list[str], body: list[list[str]],
-              images: list[Path], section: str | None) -> str:
-    return "\n".join([
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(sweep)}: Table 3 ablation</title>",
-        "<style>body{font-family:sans-serif;max-width:80em;margin:2em auto}table{border-collapse:collapse;"
-        "font-size:90%}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
-        f"<h1>{html.escape(sweep)}: Table 3 ablation</h1>",
-        "<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>",
-        html_table(columns, body),
-        *([f"<h2>What the numbers say</h2><ul>{''.join(f'<li>{html.escape(f)}</li>' for f in findings)}</ul>"]
-          if findings else []),
-        *[f"<p><img src='{html.escape(p.name)}' alt='{html.escape(p.stem)}'></p>" for p in images],
-        # the analysis section is markdown; shown as text rather than adding a markdown dependency
-        f"<pre>{html.escape(section)}</pre>" if section else "",
-        *[f"<p><img src='{html.escape(name)}' alt='{html.escape(name)}'></p>"
-          for name in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", section or "")],
-        "</body></html>",
-    ])
+def sweeps_in(root: Path) -> list[str]:
+    """The sweeps with a run under root (results/<sweep>/<run>/results.json)."""
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/results.json"))) if root.is_dir() else []
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a")
+    parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a; all: every sweep under --root")
     parser.add_argument("--root", type=Path, default=Path("results"),
                         help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where the report goes")
     parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
     args = parser.parse_args(argv)
+    names = sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
     try:
-        paths = write_report(args.sweep, args.root, args.out, args.samples)
+        if not names:
+            raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
+        paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples)]
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    paths += write_index(args.out, args.root)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -1,5 +1,6 @@
-"""The report's plots: test BLEU against the varied setting and against parameters (mean ± sd over seeds,
-each seed shown), and learning curves (val BLEU and val loss against step, mean and band over seeds)."""
+"""The report's plots: test BLEU against the varied setting and, where the cells' sizes differ, against
+parameters (mean ± sd over seeds, each seed shown), and learning curves (val BLEU and val loss against
+step, mean and band over the seeds that validated there). Each returns its file and a caption."""
 
 from __future__ import annotations
 
@@ -7,28 +8,27 @@ import statistics
 from pathlib import Path
 
 from headsweep.experiments.cells import Cell, learning_curve
-from headsweep.experiments.paper import COLUMNS
+from headsweep.experiments.report_table import display, reader_name, varies
 from headsweep.experiments.specs import label_part
+from headsweep.reporting.plots import pyplot
 
 
-def pyplot():
-    import matplotlib
+def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[tuple[Path, str]]:
+    """The BLEU plot, and the parameters plot where parameters differ between cells."""
+    figures = [bleu_plot(sweep, cells, keys, out_dir)]
+    if varies(cells, "params_M"):
+        figures.append(params_plot(sweep, cells, out_dir))
+    return figures
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
 
-    return plt
-
-
-def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[Path]:
+def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> tuple[Path, str]:
     plt = pyplot()
-    paths = []
     # BLEU against the varied setting: on a number axis when the first varied key tells every cell apart
     # (h in row A, d_k in row B; log2 for sizes per head), else one slot per cell named by its settings.
     key = keys[0]
     numeric = (all(isinstance(c.runs[0].flat[key], (int, float)) for c in cells)
                and len({c.runs[0].flat[key] for c in cells}) == len(cells))
-    xlabel = COLUMNS.get(key, key) if numeric or len(keys) == 1 else "cell"
+    xlabel = reader_name(key) if numeric or len(keys) == 1 else "cell"
     xs = [c.runs[0].flat[key] if numeric else i for i, c in enumerate(cells)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for x, c in zip(xs, cells):
@@ -38,7 +38,7 @@ def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list
                     capsize=4, zorder=3, label="mean ± sd over seeds" if c is cells[0] else None)
     base = next((c for c in cells if c.base), None)
     if base is not None:
-        ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label="base")
+        ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label=display(base))
     if numeric and key in ("model.heads", "model.d_k", "model.d_v") and min(xs) > 0:
         ax.set_xscale("log", base=2)
     if numeric:
@@ -55,47 +55,53 @@ def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list
     ax.set_title(f"{sweep}: test BLEU vs {xlabel}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths.append(out_dir / f"{sweep}-bleu.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = out_dir / f"{sweep}-bleu.png"
+    fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path, (f"Test BLEU of each cell against {xlabel}: each seed (grey), the mean ± sd over seeds (blue), "
+                  "the base cell's mean (dashed).")
 
+
+def params_plot(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path, str]:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for c in cells:
         ax.errorbar([c.row["params_M"]], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o",
                     color="C1" if c.base else "C0", capsize=4)
-        ax.annotate("base" if c.base else c.label, (c.row["params_M"], c.row["test_bleu"]), fontsize=7,
+        ax.annotate(display(c), (c.row["params_M"], c.row["test_bleu"]), fontsize=7,
                     xytext=(4, 4), textcoords="offset points")
     ax.set_xlabel("parameters (M)")
     ax.set_ylabel("test BLEU")
     ax.set_title(f"{sweep}: test BLEU vs parameters (mean ± sd over seeds)")
     fig.tight_layout()
-    paths.append(out_dir / f"{sweep}-params.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = out_dir / f"{sweep}-params.png"
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return paths
+    return path, "Test BLEU against the number of parameters, mean ± sd over seeds; the base cell in orange."
 
 
 def cell_curve(cell: Cell, metric: str) -> tuple[list[int], list[float], list[float]]:
-    """Steps every seed of the cell validated at, and the mean and sd of `metric` there."""
+    """Steps any seed of the cell validated at, and the mean and sd of `metric` over the seeds that did
+    (the report says where a seed has no point: report_table.missing_validations)."""
     curves = [learning_curve(r) for r in cell.runs]
-    steps = sorted(set.intersection(*[{s for s, v in c.items() if metric in v} for c in curves])) if curves else []
-    values = [[c[s][metric] for c in curves] for s in steps]
+    steps = sorted({s for c in curves for s, v in c.items() if metric in v})
+    values = [[c[s][metric] for c in curves if metric in c.get(s, {})] for s in steps]
     return steps, [statistics.fmean(v) for v in values], [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
 
 
-def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> Path | None:
+def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path, str] | None:
     """Val BLEU (greedy) and val loss against training step, one line per cell with a ±sd band."""
     if not any(cell_curve(c, "val/loss")[0] for c in cells):
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for i, c in enumerate(cells):
         for ax, metric in zip(axes, ("val/bleu", "val/loss")):
             steps, mean, sd = cell_curve(c, metric)
             if not steps:
                 continue
             color = f"C{i % 10}"
-            ax.plot(steps, mean, marker="o", ms=3, color=color, label=("base " if c.base else "") + c.label)
+            ax.plot(steps, mean, marker="o", ms=3, color=color, label=display(c))
             ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
                             color=color, alpha=0.15)
     for ax, name in zip(axes, ("val BLEU (greedy)", "val loss (NLL per subword)")):
@@ -106,6 +112,7 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> Path | None
     fig.suptitle(f"{sweep}: learning curves, mean ± sd over seeds")
     fig.tight_layout()
     path = out_dir / f"{sweep}-curves.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return path, ("Learning curves: val BLEU (greedy) and val loss against training step, one line per cell, "
+                  "mean ± sd over the seeds that validated at that step.")

@@ -1,20 +1,19 @@
 """Is a difference real? sacreBLEU's paired bootstrap of a cell against the base on the test sentences
-(seeds pooled), Holm's correction for comparing several cells with one base, Welch's t-test over the
-seeds' scores, and Kendall's tau between the cells' rankings at two points of training."""
+(seeds pooled), read from the runs' hypotheses and references. Holm's correction, Welch's t-test over
+seeds and Kendall's tau are in headsweep.reporting.stats (the analysis comparison uses them too)."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
-from scipy.stats import kendalltau, ttest_ind
 
 from headsweep.config import CONF_DIR
 from headsweep.data import DataError, read_lines, split_files
-from headsweep.experiments.cells import Cell, ReportError, Run
-from headsweep.training.runs import RESULTS
+from headsweep.experiments.cells import Cell, ReportError, Run, hypotheses_path
+# the statistics themselves live below both analysis/ and experiments/; imported here, where they were
+from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
 
 
 def read_text_lines(path: Path) -> list[str]:
@@ -23,19 +22,6 @@ def read_text_lines(path: Path) -> list[str]:
         return read_lines(Path(path))
     except DataError as e:
         raise ReportError(str(e)) from None
-
-
-def hypotheses_path(run: Run) -> Path:
-    """The test hypotheses the run's test/bleu scores: beam, else greedy; found next to results.json if
-    the run directory was moved."""
-    split = run.results["config"]["data"]["test_split"]
-    files = run.results.get("hypotheses", {})
-    for key in (f"{split}.beam", f"{split}.greedy"):
-        if key in files:
-            path = Path(files[key])
-            beside = run.dir / "hypotheses" / path.name  # a copy next to results.json (results/) comes first
-            return beside if beside.is_file() else path if path.is_absolute() else run.dir / path
-    raise ReportError(f"{run.dir / RESULTS}: no test hypotheses listed for split {split}")
 
 
 def references(run: Run) -> list[str]:
@@ -79,37 +65,3 @@ def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:
     base_score, cell_score = scores["BLEU"]
     return {"p": cell_score.p_value, "seeds": seeds, "pooled_delta": cell_score.score - base_score.score,
             "signature": str(signatures["BLEU"])}
-
-
-# ----------------------------------------------------------------------------- the table
-
-
-def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def holm(p_values: list[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment for comparing several cells with one base: adjusted p_(i) =
-    max over j <= i of min(1, (m - j + 1) p_(j)) in increasing order of p (None stays None)."""
-    given = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
-    m, out, running = len(given), [None] * len(p_values), 0.0
-    for rank, (p, i) in enumerate(given):
-        running = max(running, min(1.0, (m - rank) * p))
-        out[i] = running
-    return out
-
-
-def seed_test(base: list[float], cell: list[float]) -> float | None:
-    """Welch's t-test of the per-seed scores (scipy): is the difference larger than the seed spread?"""
-    if len(base) < 2 or len(cell) < 2:
-        return None
-    return float(ttest_ind(cell, base, equal_var=False).pvalue)
-
-
-def ranking_agreement(early: list[float], late: list[float]) -> float | None:
-    """Kendall's tau (scipy) between the cells' order at two points of training: 1 = the same ranking."""
-    if len(early) < 2:
-        return None
-    return float(kendalltau(early, late).statistic)

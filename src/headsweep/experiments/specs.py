@@ -15,7 +15,7 @@ from headsweep.experiments.paper import ALIASES
 from headsweep.model import head_sizes
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
-RESERVED = ("seed", "run_name", "sweep", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
+RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
 
 
 class SweepError(ValueError):
@@ -78,7 +78,7 @@ ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "modul
 def flatten_config(cfg: DictConfig) -> dict:
     """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them, settings
     added since a saved run was made at their old behaviour (ADDED_SETTINGS)."""
-    skip = {"seed", "run_name", "sweep", "tags", "paths", "logger"}
+    skip = {"seed", "run_name", "sweep", "cell", "tags", "paths", "logger"}
     out = {}
 
     def walk(node, prefix):

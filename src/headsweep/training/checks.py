@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -22,6 +23,13 @@ def default_run_name(cfg: DictConfig) -> str:
     m = cfg.model
     d_k, d_v = head_sizes(m.d_model, m.heads, m.d_k, m.d_v)
     return f"h{m.heads}-dk{d_k}-dv{d_v}-s{cfg.seed}"
+
+
+def default_cell(run_name: str, tags=()) -> str:
+    """A run's grid cell: its `cell-<label>` tag (`make sweep` sets one per job), else the run name
+    without its seed."""
+    tagged = next((t[len("cell-"):] for t in tags or () if str(t).startswith("cell-")), None)
+    return tagged or re.sub(r"-s\d+$", "", run_name)
 
 
 def check_config(cfg: DictConfig) -> None:

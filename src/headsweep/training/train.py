@@ -15,7 +15,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.training.averaging import average_at_end
-from headsweep.training.checks import ConfigError, check_config, check_devices, default_run_name, torch_threads
+from headsweep.sizes import comparison_config
+from headsweep.training.checks import (ConfigError, check_config, check_devices, default_cell, default_run_name,
+                                       torch_threads)
 from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
                                        set_aside_metrics, wandb_run_id, wandb_unreachable)
 from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
@@ -44,7 +46,8 @@ def train(cfg: DictConfig) -> dict:
     if wandb_info.get("fell_back"):
         resolved["logger"]["wandb"]["mode"] = wandb_info["mode"]
     for lg in loggers:
-        lg.log_hyperparams(resolved)  # the resolved config as a plain dict
+        # the resolved config, with the sizes null stands for (d_k, d_v), parameters and attention FLOPs
+        lg.log_hyperparams(comparison_config(resolved, module.param_counts))
         lg.log_metrics({f"params/{k}": v for k, v in module.param_counts.items()}, step=0)
 
     trainer = hydra.utils.instantiate(cfg.trainer, logger=loggers, callbacks=callbacks,
@@ -83,6 +86,8 @@ def prepare(cfg: DictConfig) -> Path:
     """Checks (before any data is read), torch threads, the run directory."""
     if cfg.run_name is None:
         cfg.run_name = default_run_name(cfg)
+    if "cell" in cfg and cfg.cell is None:
+        cfg.cell = default_cell(cfg.run_name, cfg.get("tags"))
     check_config(cfg)
     check_devices(cfg)
     if threads := torch_threads(cfg):
@@ -196,7 +201,8 @@ def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
         info["run_id"] = wandb_run_id(out_dir)
         if requested == "online" and (reason := wandb_unreachable()):
             fall_back(info, reason, out_dir)
-        logger = hydra.utils.instantiate(c, mode=info["mode"], id=info["run_id"], resume="allow")
+        run = {"id": info["run_id"], "resume": "allow", "tags": wandb_tags(cfg, c)}
+        logger = hydra.utils.instantiate(c, mode=info["mode"], **run)
         if info["mode"] == "online":
             try:
                 logger.experiment  # starts the run: W&B errors show here, not mid-training
@@ -205,9 +211,15 @@ def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
 
                 wandb.finish()
                 fall_back(info, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", out_dir)
-                logger = hydra.utils.instantiate(c, mode="offline", id=info["run_id"], resume="allow")
+                logger = hydra.utils.instantiate(c, mode="offline", **run)
         loggers.append(logger)
     return loggers, info
+
+
+def wandb_tags(cfg: DictConfig, c: DictConfig) -> list[str]:
+    """The configured tags and the sweep's name, so a dashboard filters a sweep by tag as well as job type."""
+    tags = list(c.get("tags") or [])
+    return tags + [cfg.sweep] if cfg.get("sweep") and cfg.sweep not in tags else tags
 
 
 def fall_back(info: dict, reason: str, out_dir: Path) -> None:

@@ -1,0 +1,94 @@
+"""reports/index.html: a link to every sweep's report and every prune report (reports/prune-*/, rendered
+to prune.html beside its prune.md), and one table of every cell of every sweep, sortable and filterable
+in the page itself. Built from the reports' own <sweep>.json files (what `make report` last found in each
+sweep), so rebuilding one sweep's report does not recompute the others'."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from headsweep.experiments.cells import Cell
+from headsweep.experiments.report_table import anchor, fmt, fmt_p
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import figure, table
+
+PRUNE_FIGURE = ("BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
+                "importance pruning to the same counts without fine-tuning.")
+COLUMNS = ["sweep", "cell", "h", "d_k", "d_v", "params (M)", "attn MFLOP/token", "BLEU test",
+           "Δ BLEU test", "p Holm", "chrF test", "BLEU val", "seeds", "precision", "compile"]
+
+
+def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out: list) -> dict:
+    """What the index shows of one sweep: its page, its cells' numbers, what was left out."""
+    return {
+        "sweep": sweep, "title": title, "page": f"{sweep}.html", "runs": len(runs),
+        "left_out": [[d.name, why] for d, why in left_out],
+        "cells": [{"cell": c.label, "base": c.base, "anchor": anchor(c), "h": c.row["h"], "d_k": c.row["d_k"],
+                   "d_v": c.row["d_v"],
+                   **{k: c.row[k] for k in ("params_M", "attn_mflops", "test_bleu", "test_bleu_sd", "delta", "p_holm",
+                                            "p_bound", "test_chrf", "val_bleu", "n", "precision", "compile")}}
+                  for c in cells],
+    }
+
+
+def cell_row(record: dict, c: dict) -> list[str]:
+    return [record["sweep"], f"[{c['cell']}{' (base)' if c['base'] else ''}]({record['page']}#{c['anchor']})",
+            str(c["h"]), str(c["d_k"]), str(c["d_v"]), fmt(c["params_M"], 2),
+            fmt(c["attn_mflops"], 3), fmt(c["test_bleu"], 2, c["test_bleu_sd"]),
+            "—" if c["delta"] is None else f"{c['delta']:+.2f}", fmt_p(c["p_holm"], c["p_bound"]),
+            fmt(c["test_chrf"], 1), fmt(c["val_bleu"], 2), str(c["n"]), c["precision"],
+            c["compile"].replace(" (not compiled)", "")]
+
+
+def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
+    """Each prune report's page (prune.md rendered, with its plot), and the report's first heading."""
+    pages = []
+    for md_path in sorted(out_dir.glob("prune-*/prune.md")):
+        md = md_path.read_text()
+        heading = next((line.lstrip("# ").strip() for line in md.splitlines() if line.startswith("# ")), md_path.parent.name)
+        if (md_path.parent / "prune.png").is_file() and "prune.png" not in md:
+            md += "\n" + figure("prune.png", f"Figure 1. {PRUNE_FIGURE}") + "\n"
+        html_path = md_path.with_suffix(".html")
+        html_path.write_text(page(f"{md_path.parent.name}: {heading}", md))
+        pages.append((html_path, heading))
+    return pages
+
+
+def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir: Path, unreported: list[str]) -> str:
+    rows = [cell_row(r, c) for r in records for c in r["cells"]]
+    lines = ["# headsweep reports", "", "## Sweeps", ""]
+    for r in records:
+        left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
+        lines.append(f"- [{r['title']}]({r['page']}): {r['runs']} runs in {len(r['cells'])} cells{left}")
+    lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
+    lines += ["", "## Pruning reports", ""]
+    lines += [f"- [{p.parent.name}]({p.relative_to(out_dir).as_posix()}): {heading}" for p, heading in prunes] or \
+        ["- none yet: `make prune CKPT=<run dir>`"]
+    lines += ["", "## Every cell of every sweep", "",
+              "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
+              "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report. Mean ± sd over "
+              "seeds; p Holm: paired bootstrap against its sweep's base cell, Holm-corrected; `<=` a bound "
+              "(no resample favoured the base).", "",
+              f'<p><input id="filter" type="search" placeholder="filter the cells" aria-label="filter the cells"> '
+              f'<span id="shown">{len(rows)}</span> of {len(rows)} cells</p>', "",
+              '<div id="cells">', "", *table(COLUMNS, rows, align=True), "", "</div>", ""]
+    return "\n".join(lines)
+
+
+def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
+    """index.md and index.html in out_dir, and the prune reports' pages; the sweeps of `root` without
+    a report are named."""
+    records = []
+    for path in sorted(out_dir.glob("*.json")):
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and "cells" in record and (out_dir / record.get("page", "")).is_file():
+            records.append(record)
+    reported = {r["sweep"] for r in records}
+    unreported = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in reported
+                        and any(d.glob("*/results.json"))) if root is not None and root.is_dir() else []
+    prunes = prune_pages(out_dir)
+    md = index_markdown(records, prunes, out_dir, unreported)
+    (out_dir / "index.md").write_text(md)
+    (out_dir / "index.html").write_text(page("headsweep reports", md))
+    return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes)]

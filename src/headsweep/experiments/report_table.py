@@ -1,0 +1,128 @@
+"""The report's table and words: columns named as a reader names them, a table narrow enough for a
+1,280 px window (the rest of each cell in a collapsible block below it), p-values at the bootstrap's
+floor printed as the bounds they are, and one name per cell everywhere."""
+
+from __future__ import annotations
+
+import re
+
+from headsweep.experiments.cells import Cell, learning_curve
+from headsweep.experiments.paper import COLUMNS
+from headsweep.reporting.markdown import details
+
+SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
+
+
+def reader_name(key: str) -> str:
+    """Table 3's name for its settings (h, d_k, P_drop, ...), else the key's last part in words
+    (model.head_dropout -> head dropout)."""
+    return COLUMNS.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
+
+
+def display(cell: Cell) -> str:
+    """The one name of a cell in the table, the words and the plots."""
+    return f"{cell.label} (base)" if cell.base else cell.label
+
+
+def anchor(cell: Cell) -> str:
+    return "cell-" + re.sub(r"[^A-Za-z0-9_.-]", "_", cell.label)
+
+
+def fmt(value, digits: int = 2, sd=None) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        text = f"{value:.{digits}f}"
+        return f"{text} ± {sd:.{digits}f}" if sd is not None else text
+    return str(value)
+
+
+def fmt_p(p: float | None, bound: bool = False) -> str:
+    """A p-value; `bound`: the bootstrap's floor (no resample favoured the other side), so at most this."""
+    return "—" if p is None else f"<= {p:.3f}" if bound else f"{p:.3f}"
+
+
+def p_words(p: float, bound: bool) -> str:
+    return f"p <= {p:.3f}" if bound else f"p = {p:.3f}"
+
+
+def varies(cells: list[Cell], key: str, digits: int = 6) -> bool:
+    return len({round(c.row[key], digits) for c in cells if c.row.get(key) is not None}) > 1
+
+
+def shows_paper(cells: list[Cell]) -> bool:
+    """Paper columns only where a cell other than the base has a Table 3 row to compare with."""
+    return any(c.row.get("paper") for c in cells if not c.base)
+
+
+def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Table 3's layout, narrowed: the settings (h, d_k, d_v and whatever else the sweep varies), the
+    parameters and attention FLOPs where they differ, our scores, and the paper's matching row where
+    any cell but the base has one."""
+    extra = [k for k in keys if k not in SIZE_KEYS]
+    params, flops = varies(cells, "params_M"), varies(cells, "attn_mflops")
+    steps = any(c.row["steps"] != cells[0].row["steps"] or c.row["steps"] < c.row["max_steps"] for c in cells)
+    paper = shows_paper(cells)
+    columns = (["cell", "h", "d_k", "d_v", *map(reader_name, extra)] + ["params (M)"] * params
+               + ["attn MFLOP/token"] * flops + ["steps"] * steps
+               + ["BLEU test", "Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
+               + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper)
+    body = []
+    for c in cells:
+        r, first = c.row, c.runs[0]
+        row = [display(c), fmt(r["h"]), fmt(r["d_k"]), fmt(r["d_v"]), *[fmt(first.flat[k]) for k in extra]]
+        row += [fmt(r["params_M"], 2)] * params + [fmt(r["attn_mflops"], 3)] * flops
+        row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
+        row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"]), "—" if r["delta"] is None else f"{r['delta']:+.2f}",
+                fmt_p(r.get("p_holm"), r["p_bound"]), fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
+                fmt(r["val_bleu"], 2, r["val_bleu_sd"])]
+        if paper:
+            p = r["paper"] or {}
+            row += [p.get("row", "—"), fmt(p.get("dev_bleu"), 1),
+                    "—" if r["paper_delta"] is None else f"{r['paper_delta']:+.1f}"]
+        body.append(row)
+    return columns, body
+
+
+def cell_details(c: Cell, n_samples: int) -> list[str]:
+    """Everything about one cell the table leaves out, as a collapsible block."""
+    r = c.row
+    paper = r["paper"]
+    parts = r["params"]
+    lines = [
+        f"- runs: {', '.join(run.dir.name for run in c.runs)} (seeds {', '.join(map(str, r['seeds']))})",
+        f"- test BLEU per seed: {', '.join(f'{v:.2f}' for v in r['test_bleu_seeds'])}; test PPL "
+        f"{fmt(r['test_ppl'], 2, r['test_ppl_sd'])}; val PPL {fmt(r['val_ppl'], 2, r['val_ppl_sd'])}",
+        f"- steps: {r['steps']:.0f} of trainer.max_steps {r['max_steps']}",
+        f"- precision {r['precision']}; {r['compile']}",
+        f"- parameters: {r['params_M']:.3f} M (attention {parts.get('attention', 0) / 1e6:.3f} M, feed-forward "
+        f"{parts.get('ffn', 0) / 1e6:.3f} M, embeddings {parts.get('embeddings', 0) / 1e6:.3f} M); attention "
+        f"{r['attn_mflops']:.3f} MFLOP per token at {r['flops_context']} tokens of context",
+    ]
+    if not c.base and r["delta"] is not None:
+        lines.append(f"- against the base: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
+                     f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
+                     f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else ""))
+    if paper:
+        lines.append(f"- paper: Table 3 row {paper['row']}, dev PPL {fmt(paper.get('dev_ppl'))}, dev BLEU "
+                     f"{fmt(paper.get('dev_bleu'), 1)}"
+                     + (f", params {paper['params_M']:.0f} M" if paper.get("params_M") else ", no parameter count"))
+    lines += [f"- {w}" for w in missing_words(c)]
+    return details(f"{display(c)}: runs, seeds, steps, precision, parameters, p-values", lines, anchor(c))
+
+
+def missing_validations(c: Cell, metric: str = "val/bleu") -> list[tuple[int, list[int]]]:
+    """(seed, steps) for each seed of the cell without a validation point at steps its other seeds have."""
+    curves = [(run.seed, {s for s, v in learning_curve(run).items() if metric in v}) for run in c.runs]
+    every = set().union(*(steps for _, steps in curves))
+    return [(seed, sorted(every - steps)) for seed, steps in curves if every - steps]
+
+
+def missing_words(c: Cell) -> list[str]:
+    words = []
+    for seed, steps in missing_validations(c):
+        at = ", ".join(map(str, steps))
+        words.append(f"{display(c)}: seed {seed} has no validation at step{'s' if len(steps) > 1 else ''} {at} "
+                     f"(no such row in its metrics CSV); the learning curve there is the mean of "
+                     f"{len(c.runs) - 1} of {len(c.runs)} seeds")
+    return words

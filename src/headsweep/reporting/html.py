@@ -1,0 +1,61 @@
+"""A markdown file as a web page: rendered by markdown-it-py (CommonMark with tables, raw HTML passed
+through), styled to fit a 1,280 px window, every table sortable by a click on its header, and a table
+inside <div id="cells"> filtered by the text box before it. Everything is inline: the page needs no
+network, and its images are files beside it, so the folder can move."""
+
+from __future__ import annotations
+
+import html
+
+from markdown_it import MarkdownIt
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
+ line-height:1.45;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.8em 0;display:block;overflow-x:auto;max-width:100%}
+th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
+td[style*="right"]{white-space:nowrap}
+th{background:#f3f3f3;cursor:pointer}
+th:first-child,td:first-child{text-align:left}
+th[data-dir=asc]::after{content:" \\25B2"}th[data-dir=desc]::after{content:" \\25BC"}
+img{max-width:100%;height:auto}
+figure{margin:1em 0}figcaption{font-size:90%;color:#444;max-width:70em}
+details{margin:.3em 0}summary{cursor:pointer}
+code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-wrap:anywhere}
+#filter{font-size:14px;padding:3px 6px;width:30em;max-width:100%}
+"""
+
+# Sort on a header click (numbers by value, then text; a second click reverses); filter #cells's rows
+# by every word typed. A few lines here rather than a library: nothing to fetch, nothing to vendor.
+SCRIPT = """
+function sortKey(text){const m=text.trim().replace(/^(<=|≤)\\s*/,"").replace("−","-").match(/^[+-]?\\d+(\\.\\d+)?/);
+ return m?parseFloat(m[0]):null}
+document.querySelectorAll("table").forEach(t=>{const head=t.tHead;if(!head)return;
+ [...head.rows[0].cells].forEach((th,i)=>th.addEventListener("click",()=>{
+  const dir=th.dataset.dir==="asc"?"desc":"asc";[...head.rows[0].cells].forEach(c=>delete c.dataset.dir);th.dataset.dir=dir;
+  const rows=[...t.tBodies[0].rows],sign=dir==="asc"?1:-1;
+  rows.sort((a,b)=>{const x=a.cells[i].textContent,y=b.cells[i].textContent,kx=sortKey(x),ky=sortKey(y);
+   if(kx!==null&&ky!==null)return (kx-ky)*sign;if(kx!==null)return -1;if(ky!==null)return 1;
+   return x.localeCompare(y)*sign});
+  rows.forEach(r=>t.tBodies[0].appendChild(r))}))});
+const box=document.getElementById("filter"),cells=document.querySelector("#cells table");
+if(box&&cells)box.addEventListener("input",()=>{const words=box.value.toLowerCase().split(/\\s+/).filter(Boolean);
+ let shown=0;[...cells.tBodies[0].rows].forEach(r=>{const ok=words.every(w=>r.textContent.toLowerCase().includes(w));
+  r.style.display=ok?"":"none";shown+=ok});document.getElementById("shown").textContent=shown})
+"""
+
+_MD = MarkdownIt("commonmark", {"html": True}).enable("table")
+
+
+def render(markdown: str) -> str:
+    """The HTML of a markdown text (the body only)."""
+    return _MD.render(markdown)
+
+
+def page(title: str, markdown: str) -> str:
+    """A whole page: the title, the style, the markdown rendered, the script."""
+    return "\n".join([
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style></head><body>",
+        render(markdown), f"<script>{SCRIPT}</script>", "</body></html>", ""])

@@ -1,0 +1,53 @@
+"""The sizes runs are compared by, resolved from a run's config: d_k and d_v per head (null in a config
+means d_model / h), key/value heads where the model has them, parameters by part, and the attention FLOPs
+per token. Arithmetic on plain dicts: the config a run logs to W&B and the report both use it."""
+
+from __future__ import annotations
+
+import copy
+
+from headsweep.model import head_sizes
+
+# Tokens of context the attention FLOPs are counted at: about twice a Multi30k sentence, whose length
+# the run does not record. The FLOPs that depend on it are also logged per context token.
+FLOPS_CONTEXT = 32
+
+
+def resolved_sizes(model: dict) -> dict:
+    """d_k, d_v (and kv_heads, when the model config has the key) as the model uses them."""
+    d_k, d_v = head_sizes(model["d_model"], model["heads"], model.get("d_k"), model.get("d_v"))
+    sizes = {"d_k": d_k, "d_v": d_v}
+    if "kv_heads" in model:  # grouped-query attention: null means one key/value head per query head
+        sizes["kv_heads"] = model["kv_heads"] or model["heads"]
+    return sizes
+
+
+def attention_flops(model: dict, context: int = FLOPS_CONTEXT) -> dict:
+    """Forward FLOPs of all attention sublayers (encoder self, decoder self, cross: 3 per layer) per
+    token with `context` tokens to attend to, counted as Hoffmann et al. (2022, appendix F) do: 2 per
+    multiply-add in the Q, K, V and output projections, in QK^T and in the weighted sum of the values,
+    and 3 per attention weight for the softmax. Row A keeps h * d_k fixed, so only the softmax term (h)
+    moves its count; rows B and C and key/value heads move the projections."""
+    d_model, h = model["d_model"], model["heads"]
+    sizes = resolved_sizes(model)
+    d_k, d_v, kv = sizes["d_k"], sizes["d_v"], sizes.get("kv_heads", h)
+    projections = 2 * d_model * (h * d_k + kv * (d_k + d_v)) + 2 * h * d_v * d_model
+    per_context_token = 2 * h * d_k + 3 * h + 2 * h * d_v
+    sublayers = 3 * model["n_layers"]
+    return {"attention_per_token": sublayers * (projections + per_context_token * context),
+            "attention_projections_per_token": sublayers * projections,
+            "attention_per_context_token": sublayers * per_context_token, "context": context}
+
+
+def comparison_config(config: dict, params: dict | None = None) -> dict:
+    """A run's resolved config as it is compared: model.d_k and model.d_v (and module.model's copy)
+    resolved, plus `params` (parameters by part) and `flops` (attention_flops), top-level keys that W&B
+    shows as params.total, flops.attention_per_token, ..."""
+    out = copy.deepcopy(config)
+    for model in (out["model"], out.get("module", {}).get("model")):
+        if isinstance(model, dict):
+            model.update(resolved_sizes(model))
+    if params:
+        out["params"] = dict(params)
+    out["flops"] = attention_flops(out["model"])
+    return out

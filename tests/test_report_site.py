@@ -1,0 +1,221 @@
+"""The report site on fixture runs: bad runs named and left out with results/ untouched, pages rendered from
+markdown with reader-named columns and captioned figures, bootstrap floors as bounds, missing validation
+points, precision and compile, the index; and (slow) every page opened in headless Chromium."""
+
+import gzip
+import hashlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from test_compare import analysis
+from test_report import CELLS, REFS, make_run, write_curve
+
+from headsweep.experiments import report as R
+from headsweep.experiments import report_check
+
+
+def references(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in REFS))
+    return data
+
+
+def table3_a(root: Path, data: Path) -> Path:
+    for h, cell in CELLS.items():
+        for seed, bleu in enumerate(cell["bleu"], start=1):
+            make_run(root / "table3_a", data, h, seed, bleu, cell["hyps"])
+    return root / "table3_a"
+
+
+def edit_results(run: Path, change) -> None:
+    results = json.loads((run / "results.json").read_text())
+    change(results)
+    (run / "results.json").write_text(json.dumps(results))
+
+
+def heads_specialise(root: Path, data: Path) -> Path:
+    """Head dropout 0 and 0.1, two seeds each, every run analysed (analysis/analysis.json)."""
+    sweep = root / "heads_specialise"
+    for hd, bleus in ((0.0, (30.0, 32.0)), (0.1, (28.0, 29.0))):
+        for seed, bleu in enumerate(bleus, start=1):
+            run = make_run(sweep / "tmp", data, 8, seed, bleu, CELLS[8 if hd == 0 else 4]["hyps"])
+            moved = run.rename(sweep / f"h8-dk32-dv32-head_dropout{hd:g}-s{seed}")
+
+            def change(results, hd=hd, moved=moved):
+                results["config"].update(sweep="heads_specialise", tags=[f"cell-h8-dk32-dv32-head_dropout{hd:g}"]
+                                         + (["base"] if hd == 0 else []))
+                results["config"]["model"]["head_dropout"] = hd
+                results["hypotheses"]["test.beam"] = str(moved / "hypotheses" / "test.beam.en")
+            edit_results(moved, change)
+            (moved / "analysis").mkdir()
+            (moved / "analysis" / "analysis.json").write_text(json.dumps(analysis(hd, curve=(30.0, 10 + seed, 0.0))))
+    (sweep / "tmp").rmdir()
+    return sweep
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_bad_runs_are_named_in_one_line_left_out_of_every_number_and_results_untouched(tmp_path, capsys):
+    data = references(tmp_path)
+    sweep = table3_a(tmp_path / "results", data)
+    half = sweep / "h4-dk64-dv64-s2" / "results.json"
+    half.write_text(half.read_text()[:200])  # a half-written job
+    stray = make_run(sweep, data, 8, 3, 99.0, CELLS[8]["hyps"])  # another sweep's job, in this sweep's folder
+    edit_results(stray, lambda r: r["config"].update(sweep="table3_b"))
+    no_csv = make_run(sweep, data, 4, 3, 99.0, CELLS[4]["hyps"])
+    (no_csv / "metrics.csv").unlink()
+    before = tree_digest(tmp_path / "results")
+
+    assert R.main(["--sweep", "table3_a", "--root", str(tmp_path / "results"), "--out", str(tmp_path / "r"),
+                   "--samples", "50"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(err) == 3, err  # one line per job, naming it and what is wrong
+    assert any("h4-dk64-dv64-s2: unreadable results.json (half-written?)" in line for line in err)
+    assert any("h8-dk32-dv32-s3: a run of sweep 'table3_b'" in line for line in err)
+    assert any("h4-dk64-dv64-s3: no metrics CSV" in line for line in err)
+    md = (tmp_path / "r" / "table3_a.md").read_text()
+    assert "Left out of the table and of every number (3):" in md and "  - `h8-dk32-dv32-s3`: a run of sweep" in md
+    # none of the 99 BLEU runs counts: the base is seeds 1-2 (31.00 ± 1.41), h4 seed 1 alone (29.00)
+    assert "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 |" in md
+    assert "| h4-dk64-dv64 | 4 | 64 | 64 | 5.017 | 800 | 29.00 | -2.00 |" in md
+    assert tree_digest(tmp_path / "results") == before  # nothing under results/ rewritten
+
+
+def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_path):
+    sweep = heads_specialise(tmp_path / "results", references(tmp_path))
+    R.write_report("heads_specialise", sweep.parent, tmp_path / "r", n_samples=50)
+    html = (tmp_path / "r" / "heads_specialise.html").read_text()
+    assert "<title>heads_specialise: test BLEU by head dropout</title>" in html
+    assert "<pre" not in html and "<h2>Do heads specialise? Head dropout and pruning</h2>" in html
+    assert "<strong>Prunable</strong>" in html and "**" not in html and "![" not in html and "|---" not in html
+    assert "<code>" in html and "`" not in html  # inline code rendered, no backtick left
+    header = html[html.index("<thead>"):html.index("</thead>")]
+    assert ">head dropout</th>" in header and "model.head_dropout" not in header
+    assert "paper" not in header  # only the base has a Table 3 row: nothing to compare with
+    assert html.count("<img ") == html.count("<figcaption>") == 2  # BLEU plot and pruning curves, captioned
+    assert "Every cell has 7.58 M parameters: no plot against parameters." in html
+    assert '<details id="cell-h8-dk32-dv32-head_dropout0.1">' in html
+    precision = json.loads(next(sweep.glob("*/results.json")).read_text())["config"]["trainer"]["precision"]
+    assert f"precision {precision}; eager (not compiled)" in html  # a run without a compile key ran eager
+
+
+def test_bootstrap_floor_is_printed_as_a_bound(tmp_path):
+    data = references(tmp_path)
+    sweep = table3_a(tmp_path / "results", data)
+    runs, _ = R.load_runs(sweep)
+    cells = R.group_cells(runs)
+    R.summarize(cells, n_samples=100)
+    h2 = next(c for c in cells if c.label == "h2-dk128-dv128").row
+    h4 = next(c for c in cells if c.label == "h4-dk64-dv64").row
+    assert h2["p"] == pytest.approx(1 / 101) and h2["p_bound"]  # no resample favoured the base
+    assert h4["p"] > 1 / 101 and not h4["p_bound"]
+    _, body = R.table(cells, R.varied_keys(cells))
+    row = next(r for r in body if r[0] == "h2-dk128-dv128")
+    assert f"<= {h2['p_holm']:.3f}" in row and f"{h4['p_holm']:.3f}" in next(r for r in body if r[0] == "h4-dk64-dv64")
+    assert any(f"(p <= {h2['p_holm']:.3f})" in w for w in R.verdicts(cells))
+
+
+def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):
+    data = references(tmp_path)
+    sweep = table3_a(tmp_path / "results", data)
+    write_curve(sweep / "h8-dk32-dv32-s1", {800: (30.0, 2.0)})  # no validation at step 400
+    write_curve(sweep / "h8-dk32-dv32-s2", {400: (10.0, 4.0), 800: (32.0, 1.8)})
+    for run in sweep.iterdir():  # h4 with fewer parameters, in bf16 and compiled; the others in fp32, eager
+        def change(r, h4=run.name.startswith("h4-")):
+            r["params"]["total"] = 6_000_000 if h4 else r["params"]["total"]
+            r["config"]["trainer"]["precision"] = "bf16-mixed" if h4 else "32-true"
+            r["config"]["module"]["compile"] = True if h4 else None
+        edit_results(run, change)
+    paths = R.write_report("table3_a", sweep.parent, tmp_path / "r", n_samples=50)
+    assert (tmp_path / "r" / "table3_a-params.png") in paths  # parameters differ: the plot is drawn
+    md = paths[0].read_text()
+    assert ("h8-dk32-dv32 (base): seed 1 has no validation at step 400 (no such row in its metrics CSV); the "
+            "learning curve there is the mean of 1 of 2 seeds") in md
+    from headsweep.experiments.report_plots import cell_curve
+
+    base = next(c for c in R.group_cells(R.load_runs(sweep)[0]) if c.base)
+    assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 31.0], [0.0, 2 ** 0.5])
+    assert "- precision bf16-mixed; compiled" in md and "- precision 32-true; eager (not compiled)" in md
+    assert "precision 32-true" not in md.split("\n| cell |")[0]  # not the same in every cell: no such note
+
+
+def test_index_links_every_sweep_and_prune_report(tmp_path):
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)
+    heads_specialise(root, data)
+    out = tmp_path / "reports"
+    (out / "prune-x").mkdir(parents=True)
+    (out / "prune-x" / "prune.md").write_text("# Pruning heads\n\n| lambda | kept |\n|---|---|\n| 0 | 72 |\n")
+    shutil.copy(Path(__file__).parents[1] / "reports" / "table3_a-bleu.png", out / "prune-x" / "prune.png")
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    index = (out / "index.html").read_text()
+    assert 'href="table3_a.html"' in index and 'href="prune-x/prune.html"' in index
+    assert "heads_specialise: runs but no report yet" in index  # in results/, not yet reported
+    prune = (out / "prune-x" / "prune.html").read_text()
+    assert "<td>72</td>" in prune and '<img src="prune.png"' in prune and "<figcaption>" in prune
+
+    assert R.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    index = (out / "index.html").read_text()
+    assert 'href="heads_specialise.html"' in index and "no report yet" not in index
+    cells = index[index.index('<div id="cells">'):]
+    assert cells.count("<tr>") == 1 + 3 + 2  # the header, table3_a's cells, heads_specialise's
+    assert 'href="table3_a.html#cell-h4-dk64-dv64"' in cells and 'id="filter"' in index
+    links = re.findall(r'(?:href|src)="([^"]+)"', index + (out / "table3_a.html").read_text())
+    assert links and not [link for link in links if ":" in link or link.startswith("/")]  # relative: the folder can move
+
+
+FACTS = {"broken": [], "uncaptioned": [], "pre": [], "width": 1280, "wide_tables": []}
+
+
+def test_check_names_what_a_reader_would_see_wrong():
+    assert report_check.problems(FACTS) == []
+    bad = {**FACTS, "broken": ["a.png"], "uncaptioned": ["b.png"], "pre": ["## Heads\n**Prunable**"], "width": 1900}
+    found = report_check.problems(bad)
+    assert len(found) == 4 and "broken image a.png" in found and any("markdown left in a <pre>" in f for f in found)
+    assert report_check.problems({**FACTS, "pre": ["plain log output\n  indented"]}) == []
+
+
+@pytest.mark.slow  # headless Chromium: a few seconds a page
+def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
+    pytest.importorskip("playwright")
+    if not shutil.which("chromium"):
+        pytest.skip("no chromium (apt-get install chromium)")
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)
+    heads_specialise(root, data)
+    assert R.main(["--sweep", "all", "--root", str(root), "--out", str(tmp_path / "built"), "--samples", "50"]) == 0
+    site = tmp_path / "moved" / "reports"
+    shutil.move(tmp_path / "built", site)
+    found = report_check.check_site(site, tmp_path / "shots")
+    assert sorted(p.name for p in found) == ["heads_specialise.html", "index.html", "table3_a.html"]
+    assert all(issues == [] for issues in found.values()), found
+    assert (tmp_path / "shots" / "index.png").read_bytes()[:4] == b"\x89PNG"
+
+    (site / "bad.html").write_text("<html><body><pre>## Heads\n**Prunable**</pre><img src='gone.png'></body></html>")
+    bad = report_check.check_site(site)[site / "bad.html"]
+    assert any("broken image gone.png" in b for b in bad) and any("markdown left in a <pre>" in b for b in bad)
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:  # the index's table sorts on a click and filters as one types
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto((site / "index.html").as_uri())
+        page.click("#cells th:has-text('BLEU test')")
+        first = lambda: page.locator("#cells tbody tr").first.locator("td").nth(7).text_content()  # noqa: E731
+        assert first().startswith("27.00")  # ascending: table3_a's h2
+        page.click("#cells th:has-text('BLEU test')")
+        assert first().startswith("31.00")
+        page.fill("#filter", "heads_specialise 0.1")
+        assert page.locator("#shown").text_content() == "1"
+        browser.close()
