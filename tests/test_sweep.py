@@ -25,7 +25,7 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    studies = {"heads_specialise", "heads_fixed_dk", "heads_by_width"}
+    studies = {"heads_specialise", "heads_fixed_dk", "heads_by_width", "kv_heads", "fixed_heads"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 
