@@ -15,7 +15,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.training.averaging import average_at_end
-from headsweep.training.checks import ConfigError, check_config, check_devices, default_run_name, torch_threads
+from headsweep.training.checks import (ConfigError, check_config, check_devices, check_resume, default_run_name,
+                                       torch_threads)
 from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
                                        set_aside_metrics, wandb_run_id, wandb_unreachable)
 from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
@@ -88,6 +89,7 @@ def prepare(cfg: DictConfig) -> Path:
     if threads := torch_threads(cfg):
         torch.set_num_threads(threads)
     out_dir = Path(cfg.paths.output_dir)
+    check_resume(cfg, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 
