@@ -179,18 +179,6 @@ def test_cached_decoders_equal_naive_ones(kw, seed):
                        decoding.beam_search_naive(model, src, BOS, EOS, 15, 3, 0.6))
 
 
-@pytest.mark.parametrize("kw", CACHED_CASES)
-def test_incremental_decoding_equals_full_prefix(kw):
-    model = small_model(3, **kw)
-    src, tgt = sources(3, 12), torch.randint(3, 12, (4, 6))
-    with torch.no_grad():
-        memory, src_pad = model.encode(src)
-        full = model.decode(tgt, memory, src_pad)
-        cache = model.new_cache()
-        steps = [model.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kw", [{}, {"kv_heads": 1}, {"kv_heads": 2, "d_k": 3, "d_v": 5},
                                 {"fixed_heads": {"dec_self": 2}, "fixed_patterns": ["prev", "first"]}])

@@ -109,11 +109,11 @@ def check_budget(cfg: DictConfig) -> None:
 
 
 def heads_as_used(model: dict) -> dict[str, object]:
-    """The settings that decide the shapes and roles of a layer's heads, as the model uses them (null = h
-    key/value heads, no fixed heads)."""
+    """The settings that decide the shapes and roles of a layer's heads, as the model uses them: kv_heads = h
+    is null (no sharing, whatever h: another h is resume's own check), no fixed heads is "none"."""
     c = TransformerConfig(**model)
     fixed = {kind: c.fixed(kind) for kind in FIXED_KINDS if c.fixed(kind)}
-    return {"model.kv_heads": c.kv_heads or c.heads,
+    return {"model.kv_heads": c.kv_heads if c.kv_heads not in (None, c.heads) else "null (= heads)",
             "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none"}
 
 
