@@ -14,7 +14,7 @@ from headsweep.config import SWEEPS_DIR, compose
 from headsweep.experiments import sweep as S
 from headsweep.experiments.params import count_for, matched_d_ff
 from headsweep.experiments.specs import flatten_config
-from headsweep.training.checks import ConfigError, check_config, check_resume
+from headsweep.training.checks import ConfigError, check_config, check_resume, default_run_name
 from headsweep.training.train import train
 
 from conftest import needs_data, tiny_overrides
@@ -92,6 +92,12 @@ def test_fine_tuning_a_real_checkpoint_with_other_kv_heads_fails_before_data(tmp
     with pytest.raises(ConfigError, match=re.escape("model.kv_heads: 2 and this run builds model.kv_heads: null (= heads)")) as e:
         train(cfg)
     assert "\n" not in str(e.value)
+
+
+def test_run_names_say_shared_and_fixed_heads():
+    names = [default_run_name(compose([*o, "seed=1"])) for o in ([], ["model.kv_heads=8"], ["model.kv_heads=2"],
+                                                                  ["model.fixed_heads={enc_self:7,dec_self:0}"])]
+    assert names == ["h8-dk32-dv32-s1", "h8-dk32-dv32-s1", "h8-dk32-dv32-kv2-s1", "h8-dk32-dv32-fixed_enc7-s1"]
 
 
 def test_null_and_explicit_defaults_are_the_same_experiment():

@@ -24,7 +24,9 @@ MIN_TIME_S = 60
 def default_run_name(cfg: DictConfig) -> str:
     m = cfg.model
     d_k, d_v = head_sizes(m.d_model, m.heads, m.d_k, m.d_v)
-    return f"h{m.heads}-dk{d_k}-dv{d_v}-s{cfg.seed}"
+    shared = f"-kv{m.kv_heads}" if m.get("kv_heads") not in (None, m.heads) else ""
+    fixed = "".join(f"-fixed_{kind.split('_')[0]}{n}" for kind, n in (m.get("fixed_heads") or {}).items() if n)
+    return f"h{m.heads}-dk{d_k}-dv{d_v}{shared}{fixed}-s{cfg.seed}"
 
 
 def check_config(cfg: DictConfig) -> None:
