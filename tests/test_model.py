@@ -42,7 +42,9 @@ def test_padding_and_causality():
         torch.testing.assert_close(model(src, changed)[:, :3], out[:, :3])
 
 
-@pytest.mark.parametrize("kw", [{}, {"norm_first": True, "positions": "learned", "impl": "per_head"}])
+@pytest.mark.parametrize("kw", [{}, {"norm_first": True, "positions": "learned", "impl": "per_head"},
+                                {"kv_heads": 1}, {"kv_heads": 2, "impl": "per_head"},
+                                {"fixed_heads": {"enc_self": 3, "dec_self": 2}, "fixed_patterns": ["prev", "left2", "cur"]}])
 def test_cached_decoding_equals_full_decoding(kw):
     torch.manual_seed(1)
     model = Transformer(small(**kw)).eval()

@@ -138,7 +138,10 @@ def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
     out, _ = tiny_run
     ckpt = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt["global_step"] == 10
-    assert ckpt["lr_schedulers"][0]["base_lrs"] == [compose([]).module.peak_lr]
+    config = json.loads((out / "results.json").read_text())["config"]
+    # the tiny model's width gets the default peak scaled by d_model^-0.5, resolved in its config
+    assert ckpt["lr_schedulers"][0]["base_lrs"] == [pytest.approx(2e-3 * (256 / config["model"]["d_model"]) ** 0.5)]
+    assert config["module"]["peak_lr"] == ckpt["lr_schedulers"][0]["base_lrs"][0]
     last_lr = ckpt["lr_schedulers"][0]["_last_lr"][0]  # the rate after the last step
     assert last_lr == pytest.approx(0.0, abs=1e-12)
     assert json.loads((out / "results.json").read_text())["threads"] == torch.get_num_threads()

@@ -2,6 +2,7 @@
 every step, on the same model and the same test sentences, timed in the same run.
 
     python -m headsweep.bench.decoding [--ckpt RUN_DIR_OR_CKPT] [--sentences 100] [--beam 4] [--repeats 1]
+    python -m headsweep.bench.decoding --sweep kv_heads [...]     each cell of a sweep: headsweep.bench.decode_speed
 
 Without --ckpt it trains nothing: a randomly initialised model of the default size (conf/model/small)
 on the default data's test split. Random weights rarely emit EOS, so every sentence decodes to the
@@ -80,20 +81,28 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def random_module(model: dict, datamodule, module_cfg) -> TranslationModule:
+    """A TranslationModule of this model config with random weights, sized by the data module's vocabulary."""
+    return TranslationModule(
+        model=model, vocab_size=datamodule.vocab_size_actual, tokenizer_json=datamodule.tokenizer_json,
+        pad_id=datamodule.pad_id, bos_id=datamodule.bos_id, eos_id=datamodule.eos_id,
+        max_len_extra=module_cfg.max_len_extra, length_penalty=module_cfg.length_penalty,
+    ).eval()
+
+
 def _random_default_model():
     """The default config's model with random weights, and the default config's data module."""
     cfg = compose(["paths.output_dir=/tmp/headsweep-bench"])
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("test")
-    module = TranslationModule(
-        model=OmegaConf.to_container(cfg.model, resolve=True), vocab_size=datamodule.vocab_size_actual,
-        tokenizer_json=datamodule.tokenizer_json, pad_id=datamodule.pad_id, bos_id=datamodule.bos_id,
-        eos_id=datamodule.eos_id, max_len_extra=cfg.module.max_len_extra, length_penalty=cfg.module.length_penalty,
-    )
-    return module.eval(), datamodule
+    return random_module(OmegaConf.to_container(cfg.model, resolve=True), datamodule, cfg.module), datamodule
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--sweep" in (sys.argv[1:] if argv is None else argv):  # every cell of a sweep against its base
+        from headsweep.bench.decode_speed import main as sweep_main
+
+        return sweep_main(argv)
     p = argparse.ArgumentParser(prog="python -m headsweep.bench.decoding", description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt", default=None, help="a checkpoint or run directory; default: random default-size model")
     # 100 by default: the naive decoders take ~1 min for them at the default size on 2 CPU cores.

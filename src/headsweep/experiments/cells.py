@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headsweep.experiments.specs import flatten_config
+from headsweep.experiments.specs import flatten_config, follows_heads
 from headsweep.experiments.paper import COLUMNS
 from headsweep.training.checks import default_cell
 from headsweep.training.runs import RESULTS, read_results
@@ -123,7 +123,8 @@ def varied_keys(cells: list[Cell]) -> list[str]:
     per-run paths (a value naming the run's directory), module.model (a copy of model) and BOOKKEEPING."""
     keys = []
     for k in cells[0].runs[0].flat:
-        if k.startswith(BOOKKEEPING) or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs):
+        if k.startswith(BOOKKEEPING) or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs) \
+                or follows_heads(k, [r.flat for c in cells for r in c.runs]):
             continue
         per_cell = [{repr(r.flat.get(k)) for r in c.runs} for c in cells]
         if all(len(v) == 1 for v in per_cell) and len(set.union(*per_cell)) > 1:

@@ -3,6 +3,8 @@
     python -m headsweep.experiments.params [hydra overrides]            counts by part for that config
     python -m headsweep.experiments.params --table3 model=paper_base data.vocab_size=37000
                                                             every Table 3 row beside the paper's count
+    python -m headsweep.experiments.params --match-d-ff model.kv_heads=1
+                                     the d_ff that gives this config the parameters of its kv_heads = h twin
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from headsweep.experiments.paper import model_overrides, table3
 def count_for(model: dict, vocab_size: int) -> dict[str, int]:
     with torch.device("meta"):  # shapes only: the big model costs no memory
         return count_parameters(Transformer(TransformerConfig(**model, vocab_size=vocab_size)))
+
+
+def matched_d_ff(model: dict, vocab_size: int, total: int) -> int:
+    """The d_ff that brings `model` nearest to `total` parameters (Shazeer 2019 widens the feed-forward layers
+    of multi-query models so). The count is linear in d_ff, 2N (2 d_model + 1) per unit: two counts give it."""
+    at = count_for(model, vocab_size)["total"]
+    slope = count_for({**model, "d_ff": model["d_ff"] + 1}, vocab_size)["total"] - at
+    return model["d_ff"] + round((total - at) / slope)
 
 
 def table3_rows(model: dict, vocab_size: int) -> list[dict]:
@@ -55,11 +65,16 @@ def format_table3(rows: list[dict], vocab_size: int) -> str:
 
 
 def main(argv: list[str]) -> None:
-    show_table3 = "--table3" in argv
-    cfg = compose([a for a in argv if a != "--table3"])
+    show_table3, match = "--table3" in argv, "--match-d-ff" in argv
+    cfg = compose([a for a in argv if a not in ("--table3", "--match-d-ff")])
     model = OmegaConf.to_container(cfg.model, resolve=True)
     vocab = cfg.data.vocab_size
-    if show_table3:
+    if match:
+        target = count_for({**model, "kv_heads": None, "fixed_heads": None}, vocab)["total"]
+        d_ff = matched_d_ff(model, vocab, target)
+        print(f"d_ff={d_ff}: {count_for({**model, 'd_ff': d_ff}, vocab)['total']:,} parameters, "
+              f"{target:,} with every head its own keys and values and none fixed")
+    elif show_table3:
         print(format_table3(table3_rows(model, vocab), vocab))
     else:
         print(f"model={cfg.model} vocab={vocab}\n{format_counts(count_for(model, vocab))}")

@@ -13,6 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from headsweep.config import SWEEPS_DIR
 from headsweep.experiments.paper import ALIASES
 from headsweep.model import head_sizes
+from headsweep.model.patterns import DEFAULT_PATTERNS
+from headsweep.model.transformer import FIXED_KINDS
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
 RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -72,7 +74,11 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
 
 # Settings added after runs were recorded, with the value that reproduces those runs: a saved config
 # without the key is read with it, so older reference results still compare as the same experiment.
-ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05}
+ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05,
+                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None}
+# Cell-name parts of settings outside Table 3 (label_part): h8-dk32-dv32-kv2, ...-fixed_enc7.
+LABEL_ALIASES = {"model.kv_heads": "kv", **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}"
+                                             for kind in FIXED_KINDS}}
 
 
 def flatten_config(cfg: DictConfig) -> dict:
@@ -94,11 +100,31 @@ def flatten_config(cfg: DictConfig) -> dict:
                                                     out["model.d_v"])  # null means d_model / h
     for key, value in ADDED_SETTINGS.items():
         out.setdefault(key, value)
+    _heads_as_used(out)
     return out
 
 
+def _heads_as_used(out: dict) -> None:
+    """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
+    equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
+    patterns are the default list."""
+    if out["model.kv_heads"] is None:
+        out["model.kv_heads"] = out["model.heads"]
+    out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
+    for kind in FIXED_KINDS:
+        out.setdefault(f"model.fixed_heads.{kind}", 0)
+    if out["model.fixed_patterns"] is None:
+        out["model.fixed_patterns"] = DEFAULT_PATTERNS
+
+
+def follows_heads(key: str, flats: list[dict]) -> bool:
+    """kv_heads that equals h in every run is no setting of its own (no head shares its keys and values):
+    no column or name part for it where h varies."""
+    return key == "model.kv_heads" and all(f.get(key) == f.get("model.heads") for f in flats)
+
+
 def label_part(key: str, value) -> str:
-    alias = ALIASES.get(key, key.rsplit(".", 1)[-1])
+    alias = ALIASES.get(key) or LABEL_ALIASES.get(key) or key.rsplit(".", 1)[-1]
     text = f"{value:g}" if isinstance(value, float) else str(value)
     part = f"{alias}{text}" if isinstance(value, (int, float)) else f"{alias}-{text}"
     return re.sub(r"[^A-Za-z0-9._-]", "_", part)
@@ -107,7 +133,7 @@ def label_part(key: str, value) -> str:
 def cell_labels(flats: list[dict]) -> list[str]:
     """h8-dk32-dv32, plus each other setting that differs between the cells (N3-dm256-..., drop0.1-...)."""
     varied = [k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1
-              and k not in ("model.heads", "model.d_k", "model.d_v")]
+              and k not in ("model.heads", "model.d_k", "model.d_v") and not follows_heads(k, flats)]
     varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
     return ["-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"]
                      + [label_part(k, f[k]) for k in varied]) for f in flats]

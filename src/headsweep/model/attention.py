@@ -1,8 +1,15 @@
-"""Multi-head attention with independent head count h, query/key size d_k and value size d_v.
+"""Multi-head attention with independent head count h, query/key size d_k and value size d_v, key/value
+heads shared between query heads, and fixed (position-only) heads.
 
-    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)         W^Q, W^K: d_model -> d_k,  W^V: d_model -> d_v
+    head_i = Attention(Q W_i^Q, K W_g(i)^K, V W_g(i)^V)    W^Q, W^K: d_model -> d_k,  W^V: d_model -> d_v
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
     MultiHead(Q, K, V) = Concat(xi_1 head_1, ..., xi_h head_h) W^O      W^O: h*d_v -> d_model
+
+g(i) = i // (h / kv_heads): with kv_heads < h, each key/value head serves h / kv_heads consecutive query
+heads (kv_heads = 1: multi-query attention, Shazeer 2019; 1 < kv_heads < h: grouped-query attention,
+Ainslie et al. 2023), and a decoding cache holds kv_heads heads instead of h. With `fixed` patterns the
+first n heads are head_i = A_i V W_i^V, A_i a fixed positional pattern (headsweep.model.patterns,
+Raganato et al. 2020): no W_i^Q or W_i^K.
 
 xi are the head gates of Michel et al. 2019 (all ones unless set): xi_i = 0 removes head i, and
 dL/dxi_i is head i's importance. With concrete_gates, xi is also multiplied by a learned hard-concrete
@@ -19,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headsweep.model.gates import HardConcreteGate
+from headsweep.model.patterns import FixedPatterns
 
 IMPLS = ("fused", "per_head")
 KERNELS = ("auto", "math", "sdpa")
@@ -27,7 +35,8 @@ _LAYOUT = {"fused": "proj", "per_head": "heads"}  # attribute suffix of the Q/K/
 
 @dataclass
 class KVCache:
-    """Keys and values already projected, (B, h, T, d_k) and (B, h, T, d_v).
+    """Keys and values already projected, (B, kv_heads, T, d_k) and (B, kv_heads, T, d_v) (fixed heads
+    need values but no keys: kv_heads - n key heads).
 
     Decoder self-attention appends one step at a time; cross-attention fills it once per
     sentence from the encoder output and reuses it for every step.
@@ -58,11 +67,28 @@ def attention_mask(key_padding_mask: Tensor | None, causal: bool, Tq: int, Tk: i
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
-    """softmax(q k^T / sqrt(d_k)) over keys; mask is boolean, True = may attend."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, Tq, Tk)
+    """softmax(q k^T / sqrt(d_k)) over keys, (B, h, Tq, Tk); mask is boolean, True = may attend. k may have
+    fewer heads than q: each serves h / its heads consecutive query heads."""
+    scores = per_group(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, h, Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(dim=-1)
+
+
+def per_group(a: Tensor, b: Tensor) -> Tensor:
+    """a (B, h, T, m) @ b (B, g, m, n) -> (B, h, T, n), query head i with b's head i // (h / g). The h query
+    heads are viewed as (g, h / g) so the g shared heads broadcast: no copy of b per query head."""
+    h, g = a.size(1), b.size(1)
+    if g == h:
+        return a @ b
+    return (a.unflatten(1, (g, h // g)) @ b.unsqueeze(2)).flatten(1, 2)
+
+
+def projection_heads(heads: int, kv_heads: int | None = None, fixed: int = 0) -> dict[str, int]:
+    """Heads of each projection: W^Q for the h - n learned query heads, W^K for the kv_heads - n key heads
+    they use, W^V for all kv_heads value heads (fixed heads have values but neither queries nor keys)."""
+    kv = heads if kv_heads is None else kv_heads
+    return {"q": heads - fixed, "k": kv - fixed, "v": kv}
 
 
 class MultiHeadAttention(nn.Module):
@@ -71,6 +97,8 @@ class MultiHeadAttention(nn.Module):
     impl="fused": one projection each for Q, K and V, split into heads (the usual form).
     impl="per_head": a separate small projection per head, as the paper's equations are written.
     Both have the same parameters, laid out differently; `convert_impl` maps one to the other.
+    kv_heads (default h) key/value heads, each shared by h / kv_heads query heads; `fixed`: the patterns
+    of the first len(fixed) heads (headsweep.model.patterns), which then have no query/key projection.
     """
 
     def __init__(
@@ -85,6 +113,8 @@ class MultiHeadAttention(nn.Module):
         kernel: str = "auto",
         head_dropout: float = 0.0,
         concrete_gates: bool = False,
+        kv_heads: int | None = None,
+        fixed=(),
     ):
         super().__init__()
         if heads < 1:
@@ -100,22 +130,26 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         if not 0.0 <= head_dropout < 1.0:
             raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        fixed = tuple(fixed or ())
+        check_head_sharing(heads, kv_heads, len(fixed))
         self.d_model, self.heads = d_model, heads
+        self.kv_heads = heads if kv_heads is None else kv_heads
         self.d_k, self.d_v = head_sizes(d_model, heads, d_k, d_v)
         if self.d_k < 1 or self.d_v < 1:
             raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
         self.impl, self.kernel, self.dropout, self.head_dropout = impl, kernel, dropout, head_dropout
-        h, dk, dv = heads, self.d_k, self.d_v
-        if impl == "fused":
-            self.q_proj = nn.Linear(d_model, h * dk, bias=bias)
-            self.k_proj = nn.Linear(d_model, h * dk, bias=bias)
-            self.v_proj = nn.Linear(d_model, h * dv, bias=bias)
-        else:
-            self.q_heads = nn.ModuleList(nn.Linear(d_model, dk, bias=bias) for _ in range(h))
-            self.k_heads = nn.ModuleList(nn.Linear(d_model, dk, bias=bias) for _ in range(h))
-            self.v_heads = nn.ModuleList(nn.Linear(d_model, dv, bias=bias) for _ in range(h))
-        self.out_proj = nn.Linear(h * dv, d_model, bias=bias)
-        self.concrete = HardConcreteGate(h) if concrete_gates else None  # z: learned, L0-penalised
+        self.fixed = FixedPatterns(fixed) if len(fixed) else None
+        self.n_fixed = len(fixed)
+        self.proj_heads = projection_heads(heads, self.kv_heads, self.n_fixed)
+        sizes = {"q": self.d_k, "k": self.d_k, "v": self.d_v}
+        for which, n in self.proj_heads.items():  # none where every head is fixed (W^Q, W^K of 0 heads)
+            if impl == "fused":
+                setattr(self, f"{which}_proj", nn.Linear(d_model, n * sizes[which], bias=bias) if n else None)
+            else:
+                setattr(self, f"{which}_heads", nn.ModuleList(nn.Linear(d_model, sizes[which], bias=bias)
+                                                              for _ in range(n)))
+        self.out_proj = nn.Linear(heads * self.d_v, d_model, bias=bias)
+        self.concrete = HardConcreteGate(heads) if concrete_gates else None  # z: learned, L0-penalised
         # Analysis hooks, not training state: a default gate xi used when forward() gets none, and
         # a switch that makes forward() keep its attention weights in `last_weights`.
         self.gate: Tensor | None = None
@@ -132,24 +166,27 @@ class MultiHeadAttention(nn.Module):
                     nn.init.zeros_(m.bias)
 
     def _project(self, x: Tensor, which: str) -> Tensor:
-        """(B, T, d_model) -> (B, h, T, d) for which in {q, k, v}."""
+        """(B, T, d_model) -> (B, heads, T, d) for which in {q, k, v} (heads: see projection_heads)."""
         B, T, _ = x.shape
+        n, d = self.proj_heads[which], self.d_v if which == "v" else self.d_k
+        if n == 0:
+            return x.new_empty(B, 0, T, d)
         if self.impl == "fused":
-            y = getattr(self, f"{which}_proj")(x)  # (B, T, h*d)
-            return y.view(B, T, self.heads, -1).transpose(1, 2)
-        return torch.stack([p(x) for p in getattr(self, f"{which}_heads")], dim=1)  # (B, h, T, d)
+            y = getattr(self, f"{which}_proj")(x)  # (B, T, heads*d)
+            return y.view(B, T, n, d).transpose(1, 2)
+        return torch.stack([p(x) for p in getattr(self, f"{which}_heads")], dim=1)  # (B, heads, T, d)
 
     def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K and V of the same input. The fused layout does it in one matmul with the three weights
         stacked: one large GEMM beats three small ones on CPU (the gap shows at h = 1 in make bench)."""
-        if self.impl != "fused":
+        if self.impl != "fused" or self.q_proj is None:
             return self._project(x, "q"), self._project(x, "k"), self._project(x, "v")
         B, T, _ = x.shape
         projs = (self.q_proj, self.k_proj, self.v_proj)
         weight = torch.cat([p.weight for p in projs])
         bias = torch.cat([p.bias for p in projs]) if self.q_proj.bias is not None else None
         q, k, v = F.linear(x, weight, bias).split([p.out_features for p in projs], dim=-1)
-        return tuple(t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        return tuple(t.view(B, T, self.proj_heads[w], -1).transpose(1, 2) for w, t in zip("qkv", (q, k, v)))
 
     def forward(
         self,
@@ -171,19 +208,32 @@ class MultiHeadAttention(nn.Module):
         Returns (output (B, Tq, d_model), weights (B, h, Tq, Tk) or None).
         """
         B, Tq, _ = x.shape
-        q, k, v = self._queries_keys_values(x, memory, cache)  # (B, h, Tq, d_k), (B, h, Tk, d_k), (B, h, Tk, d_v)
+        if self.fixed is not None and memory is not None:
+            raise ValueError("fixed heads are positions within one sentence: they need self-attention (memory=None)")
+        q, k, v = self._queries_keys_values(x, memory, cache)  # (B, h-n, Tq, d_k), (B, kv-n, Tk, d_k), (B, kv, Tk, d_v)
         need = need_weights or self.record_weights
-        if causal and key_padding_mask is None and Tq == k.size(2) and Tq > 1 and not need and self._use_sdpa(q):
-            # the whole square causal pattern: SDPA's is_causal builds no mask and may pick a faster kernel
-            heads, weights = self._sdpa(q, k, v, None, is_causal=True), None
-        else:
-            mask = attention_mask(key_padding_mask, causal, Tq, k.size(2), x.device)
-            heads, weights = self._attend(q, k, v, mask, need)  # head_i: (B, h, Tq, d_v)
+        heads, weights = self._learned(q, k, v[:, self.n_fixed:], key_padding_mask, causal, need)  # (B, h-n, Tq, d_v)
+        if self.fixed is not None:  # head_i = A_i V_i for the first n heads
+            a = self.fixed(Tq, v.size(2), key_padding_mask, causal, v.dtype, v.device)  # A: (B or 1, n, Tq, Tk)
+            p = F.dropout(a, self.dropout, self.training) if self.dropout else a
+            heads = torch.cat([p @ v[:, : self.n_fixed], heads], dim=1)  # (B, h, Tq, d_v)
+            weights = torch.cat([a.expand(B, -1, -1, -1), weights], dim=1) if need else None
+        if self.record_weights:
+            self.last_weights = weights.detach()
         gate = self._gate(gate, B, x)  # xi: (h,) or (B, h)
         if gate is not None:
             heads = heads * gate.view(-1, self.heads, 1, 1)  # xi_i head_i
         out = self.out_proj(heads.transpose(1, 2).reshape(B, Tq, self.heads * self.d_v))  # Concat(...) W^O
-        return out, weights
+        return out, (weights if need_weights else None)
+
+    def _learned(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, need: bool):
+        """The learned heads (B, h-n, Tq, d_v) and, when `need`, their weights (B, h-n, Tq, Tk)."""
+        Tq, Tk = q.size(2), k.size(2)
+        if causal and key_padding_mask is None and Tq == Tk and Tq > 1 and not need and self._use_sdpa(q):
+            # the whole square causal pattern: SDPA's is_causal builds no mask and may pick a faster kernel
+            return self._sdpa(q, k, v, None, is_causal=True), None
+        mask = attention_mask(key_padding_mask, causal, Tq, Tk, q.device)
+        return self._attend(q, k, v, mask, need)
 
     def _queries_keys_values(self, x: Tensor, memory: Tensor | None, cache: KVCache | None):
         """Q = x W^Q; K = m W^K and V = m W^V with m = x (self-attention: appended to what the cache
@@ -209,19 +259,20 @@ class MultiHeadAttention(nn.Module):
         if not need_weights and self._use_sdpa(q):
             return self._sdpa(q, k, v, mask), None
         weights = attention_weights(q, k, mask)  # (B, h, Tq, Tk)
-        if self.record_weights:
-            self.last_weights = weights.detach()
         p = F.dropout(weights, self.dropout, self.training) if self.dropout else weights
-        return p @ v, (weights if need_weights else None)
+        return per_group(p, v), (weights if need_weights else None)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         dropout = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                              enable_gqa=k.size(1) != q.size(1))
 
     def _use_sdpa(self, x: Tensor) -> bool:
         # Measured (make bench): on CPU under bf16 autocast the plain matmul-softmax-matmul path is
         # several times faster than scaled_dot_product_attention at h >= 8 (SDPA's CPU kernel upcasts
         # and loops over heads); in fp32 they are close. On a GPU SDPA's fused kernels win.
+        if x.size(1) == 0:  # every head is fixed
+            return False
         if self.kernel != "auto":
             return self.kernel == "sdpa"
         return x.device.type == "cuda"
@@ -241,7 +292,21 @@ class MultiHeadAttention(nn.Module):
         return gate
 
     def extra_repr(self) -> str:
-        return f"heads={self.heads}, d_k={self.d_k}, d_v={self.d_v}, impl={self.impl}"
+        shared = f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
+        return f"heads={self.heads}, d_k={self.d_k}, d_v={self.d_v}{shared}, impl={self.impl}"
+
+
+def check_head_sharing(heads: int, kv_heads: int | None, fixed: int) -> None:
+    """kv_heads divides h; at most h fixed heads, and not together with shared key/value heads."""
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
+        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads} (each key/value head serves heads / "
+                         f"kv_heads query heads): use one of {divisors}, or null for heads")
+    if fixed > heads:
+        raise ValueError(f"{fixed} fixed heads but heads={heads}: at most {heads}")
+    if fixed and kv_heads not in (None, heads):
+        raise ValueError(f"fixed heads with kv_heads={kv_heads} < heads={heads}: a fixed head keeps its own value "
+                         "head, so use fixed heads or shared key/value heads, not both")
 
 
 def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
@@ -249,23 +314,24 @@ def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     bias = mha.out_proj.bias is not None
     new = MultiHeadAttention(
         mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout,
-        mha.concrete is not None,
+        mha.concrete is not None, mha.kv_heads, mha.fixed.patterns if mha.fixed is not None else (),
     ).to(mha.out_proj.weight)
-    h = mha.heads
     with torch.no_grad():
         new.out_proj.load_state_dict(mha.out_proj.state_dict())
         if mha.concrete is not None:
             new.concrete.load_state_dict(mha.concrete.state_dict())
-        for which in "qkv":
+        for which, n in mha.proj_heads.items():
+            if n == 0:
+                continue
             if impl == mha.impl:
                 src, dst = getattr(mha, f"{which}_{_LAYOUT[impl]}"), getattr(new, f"{which}_{_LAYOUT[impl]}")
                 dst.load_state_dict(src.state_dict())
-            elif impl == "per_head":  # split the fused (h*d, d_model) weight into h blocks of rows
+            elif impl == "per_head":  # split the fused (n*d, d_model) weight into n blocks of rows
                 fused, heads = getattr(mha, f"{which}_proj"), getattr(new, f"{which}_heads")
                 for i, head in enumerate(heads):
-                    head.weight.copy_(fused.weight.chunk(h, 0)[i])
+                    head.weight.copy_(fused.weight.chunk(n, 0)[i])
                     if bias:
-                        head.bias.copy_(fused.bias.chunk(h, 0)[i])
+                        head.bias.copy_(fused.bias.chunk(n, 0)[i])
             else:  # stack the per-head weights back into one
                 heads, fused = getattr(mha, f"{which}_heads"), getattr(new, f"{which}_proj")
                 fused.weight.copy_(torch.cat([p.weight for p in heads], 0))
@@ -274,9 +340,13 @@ def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     return new
 
 
-def attention_param_count(d_model: int, heads: int, d_k: int, d_v: int, bias: bool = True) -> int:
-    """Closed form: h*d_model*(2 d_k + d_v) for W^Q, W^K, W^V, plus h*d_v*d_model for W^O (+ biases)."""
-    n = heads * d_model * (2 * d_k + d_v) + heads * d_v * d_model
+def attention_param_count(d_model: int, heads: int, d_k: int, d_v: int, bias: bool = True, kv_heads: int | None = None,
+                          fixed: int = 0) -> int:
+    """Closed form: d_model*((h - n) d_k + (kv - n) d_k + kv d_v) for W^Q, W^K, W^V, plus h*d_v*d_model for
+    W^O (+ biases); kv = kv_heads (default h), n fixed heads. With kv = h, n = 0: h*d_model*(2 d_k + d_v)."""
+    n = projection_heads(heads, kv_heads, fixed)
+    width = n["q"] * d_k + n["k"] * d_k + n["v"] * d_v  # output size of W^Q, W^K and W^V together
+    count = d_model * width + heads * d_v * d_model
     if bias:
-        n += heads * (2 * d_k + d_v) + d_model
-    return n
+        count += width + d_model
+    return count

@@ -13,10 +13,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.model.attention import KVCache, MultiHeadAttention
+from headsweep.model.attention import KVCache, MultiHeadAttention, check_head_sharing, head_sizes, projection_heads
+from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
 
 POSITIONS = ("sinusoidal", "learned")
 ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
+FIXED_KINDS = ("enc_self", "dec_self")  # fixed patterns are positions in the sentence attended over
 
 
 @dataclass
@@ -39,6 +41,9 @@ class TransformerConfig:
     pad_id: int = 0
     impl: str = "fused"  # attention layout: "fused" or "per_head"
     kernel: str = "auto"  # attention kernel: "auto", "math" or "sdpa"
+    kv_heads: int | None = None  # key/value heads, each shared by heads / kv_heads query heads; None = heads
+    fixed_heads: dict | None = None  # {kind: n}: the first n heads of each layer of that kind are fixed patterns
+    fixed_patterns: list | None = None  # the patterns of fixed heads 1, 2, ...; None = patterns.DEFAULT_PATTERNS
 
     def __post_init__(self):
         if self.positions not in POSITIONS:
@@ -49,6 +54,47 @@ class TransformerConfig:
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        self._check_heads()
+
+    def _check_heads(self) -> None:
+        """kv_heads and fixed heads: one line naming the key for a value that cannot work."""
+        if self.kv_heads is not None:
+            try:
+                check_head_sharing(self.heads, self.kv_heads, 0)
+            except ValueError as e:
+                raise ValueError(f"model.{e}") from None
+        for kind, n in (self.fixed_heads or {}).items():
+            if kind not in FIXED_KINDS:
+                raise ValueError(f"model.fixed_heads.{kind}: fixed heads go in {' or '.join(FIXED_KINDS)} (positions "
+                                 "within one sentence; cross-attention's queries and keys are two sentences)")
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"model.fixed_heads.{kind}={n!r}: give a number of heads per layer, >= 0")
+            try:
+                check_head_sharing(self.heads, self.kv_heads, n)
+            except ValueError as e:
+                raise ValueError(f"model.fixed_heads.{kind}: {e}") from None
+        patterns = self.patterns()
+        for name in patterns:
+            try:
+                parse_pattern(name)
+            except ValueError as e:
+                raise ValueError(f"model.fixed_patterns: {e}") from None
+        for kind, n in (self.fixed_heads or {}).items():
+            if n > len(patterns):
+                raise ValueError(f"model.fixed_heads.{kind}={n} but model.fixed_patterns lists {len(patterns)} "
+                                 "patterns: list one pattern per fixed head")
+            ahead = [p for p in patterns[:n] if parse_pattern(p)[0] in LOOKS_AHEAD]
+            if kind == "dec_self" and ahead:
+                raise ValueError(f"model.fixed_heads.dec_self: patterns {ahead} look at later tokens, which the "
+                                 "decoder may not see: reorder model.fixed_patterns so its first "
+                                 f"{n} use only cur, prev, leftN and first")
+
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(DEFAULT_PATTERNS if self.fixed_patterns is None else self.fixed_patterns)
+
+    def fixed(self, kind: str) -> tuple[str, ...]:
+        """The patterns of the fixed heads of each layer of one attention kind (heads 0 .. n-1)."""
+        return self.patterns()[: (self.fixed_heads or {}).get(kind, 0)]
 
 
 @dataclass
@@ -117,17 +163,18 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
+def _attention(cfg: TransformerConfig, kind: str) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, dropout=cfg.attn_dropout,
         impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout, concrete_gates=cfg.concrete_gates,
+        kv_heads=cfg.kv_heads, fixed=cfg.fixed(kind),
     )
 
 
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.ff = _attention(cfg), FeedForward(cfg.d_model, cfg.d_ff)
+        self.self_attn, self.ff = _attention(cfg, "enc_self"), FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
@@ -139,7 +186,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.cross_attn = _attention(cfg), _attention(cfg)
+        self.self_attn, self.cross_attn = _attention(cfg, "dec_self"), _attention(cfg, "cross")
         self.ff = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
@@ -304,3 +351,15 @@ def count_parameters(model: Transformer) -> dict[str, int]:
     parts["total"] = sum(p.numel() for p in model.parameters())
     parts["non_embedding"] = parts["total"] - parts["embeddings"]
     return parts
+
+
+def kv_cache_bytes(cfg: TransformerConfig, bytes_per_value: int = 4) -> dict[str, int]:
+    """Closed form of the decoding cache, summed over the decoder's layers: self-attention keeps
+    (kv_heads - n) d_k + kv_heads d_v values per layer for every target token so far (n: its fixed heads,
+    which need no keys), cross-attention the same for every source token; kv_heads = h without sharing."""
+    d_k, d_v = head_sizes(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v)
+    size = {}
+    for kind in ("dec_self", "cross"):
+        n = projection_heads(cfg.heads, cfg.kv_heads, len(cfg.fixed(kind)))
+        size[kind] = cfg.n_layers * (n["k"] * d_k + n["v"] * d_v) * bytes_per_value
+    return {"self_per_target_token": size["dec_self"], "cross_per_source_token": size["cross"]}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.model import Transformer, TransformerConfig, head_sizes
+from headsweep.model.transformer import FIXED_KINDS
+from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
 from headsweep.training.schedules import SCHEDULES
 
 
@@ -22,7 +25,9 @@ MIN_TIME_S = 60
 def default_run_name(cfg: DictConfig) -> str:
     m = cfg.model
     d_k, d_v = head_sizes(m.d_model, m.heads, m.d_k, m.d_v)
-    return f"h{m.heads}-dk{d_k}-dv{d_v}-s{cfg.seed}"
+    shared = f"-kv{m.kv_heads}" if m.get("kv_heads") not in (None, m.heads) else ""
+    fixed = "".join(f"-fixed_{kind.split('_')[0]}{n}" for kind, n in (m.get("fixed_heads") or {}).items() if n)
+    return f"h{m.heads}-dk{d_k}-dv{d_v}{shared}{fixed}-s{cfg.seed}"
 
 
 def default_cell(run_name: str, tags=()) -> str:
@@ -40,6 +45,13 @@ def check_config(cfg: DictConfig) -> None:
             Transformer(TransformerConfig(**model))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"model config: {e}") from None
+    if cfg.get("init_from"):
+        try:
+            ckpt = resolve_checkpoint(cfg.init_from)
+        except RunError as e:
+            raise ConfigError(f"init_from: {e}") from None
+        check_heads(model, ckpt, f"init_from={cfg.init_from} was trained with",
+                    "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)")
     if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
         raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
                           "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
@@ -104,3 +116,37 @@ def check_budget(cfg: DictConfig) -> None:
     if max_time is not None and max_time < MIN_TIME_S:
         raise ConfigError(f"trainer.max_time={t.max_time} is shorter than one validation (about {MIN_TIME_S} s "
                           "with BLEU on 2 CPU cores): give it at least 00:00:01:00")
+
+
+def heads_as_used(model: dict) -> dict[str, object]:
+    """The settings that decide the shapes and roles of a layer's heads, as the model uses them: kv_heads = h
+    is null (no sharing, whatever h: another h is resume's own check), no fixed heads is "none"."""
+    c = TransformerConfig(**model)
+    fixed = {kind: c.fixed(kind) for kind in FIXED_KINDS if c.fixed(kind)}
+    return {"model.kv_heads": c.kv_heads if c.kv_heads not in (None, c.heads) else "null (= heads)",
+            "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none"}
+
+
+def check_heads(model: dict, ckpt: Path, trained: str, advice: str) -> None:
+    """One line if a checkpoint's model has other key/value heads or fixed heads than `model` builds: its
+    weights would not fit, or would fit and mean something else. Read before any data is."""
+    try:  # mmap: only the hyper-parameters are read, not the weights
+        saved = torch.load(ckpt, map_location="cpu", mmap=True, weights_only=False)["hyper_parameters"]["model"]
+        theirs = heads_as_used(saved)
+    except Exception:  # unreadable or not one of ours: the loader says so
+        return
+    ours = heads_as_used(model)
+    for key, value in ours.items():
+        if theirs[key] != value:
+            raise ConfigError(f"{trained} {key}: {theirs[key]} and this run builds {key}: {value}; {advice}")
+
+
+def check_resume(cfg: DictConfig, out_dir: Path) -> None:
+    """An unfinished run in out_dir continues from its checkpoint: it must be of the same heads."""
+    if is_complete(out_dir):
+        return
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    for ckpt in [out_dir / "checkpoints" / "last.ckpt", *out_dir.glob("hpc_ckpt_*.ckpt")]:
+        if ckpt.is_file():
+            check_heads(model, ckpt, f"{out_dir} holds a run trained with",
+                        "resume it with its own settings, or write this run elsewhere (hydra.run.dir=...)")

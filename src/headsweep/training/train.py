@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.training.averaging import average_at_end
 from headsweep.sizes import comparison_config
-from headsweep.training.checks import (ConfigError, check_config, check_devices, default_cell, default_run_name,
-                                       torch_threads)
+from headsweep.training.checks import (ConfigError, check_config, check_devices, check_resume, default_cell,
+                                       default_run_name, torch_threads)
 from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
                                        set_aside_metrics, wandb_run_id, wandb_unreachable)
 from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
@@ -93,6 +93,7 @@ def prepare(cfg: DictConfig) -> Path:
     if threads := torch_threads(cfg):
         torch.set_num_threads(threads)
     out_dir = Path(cfg.paths.output_dir)
+    check_resume(cfg, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 
