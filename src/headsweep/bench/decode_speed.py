@@ -11,7 +11,7 @@ the length limit, source length + max_len_extra, which times the cost per step a
 test sentences (all of the test split unless --sentences) are decoded by each cell in turn, in the
 sweep's training precision unless --precision; --repeats N interleaves N rounds and keeps each cell's best.
 
-Writes results/<sweep>/decode_speed.json (the report reads it with `report_columns`) and prints a table.
+Writes results/<sweep>/decode_speed.json (the report's table shows it: experiments.report_table.decode_speed_columns) and prints a table.
 The KV-cache bytes per token are the closed form (headsweep.model.kv_cache_bytes), checked against the
 cache tensors of a real decoding step of each model.
 """
@@ -29,6 +29,7 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
+from headsweep.experiments.report_table import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.bench.decoding import random_module
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
@@ -38,7 +39,6 @@ from headsweep.model import count_parameters, decoding, kv_cache_bytes
 from headsweep.training.runs import RunError, load_module, read_results
 from headsweep.training.translate import autocast_dtype
 
-OUTPUT = "decode_speed.json"
 
 
 def cell_models(name: str, results: Path, root: Path) -> tuple[list[dict], object, str, bool]:
@@ -133,18 +133,6 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
             "fixed_heads": net.cfg.fixed_heads, "d_ff": net.cfg.d_ff, "params": count_parameters(net)["total"],
             "kv_cache_bytes": closed, "checkpoint": str(c["checkpoint"]) if c["checkpoint"] else None,
             "seconds": c["seconds"], "sentences_per_s": n / c["seconds"], "output_tokens": c["output_tokens"]}
-
-
-def report_columns(sweep_dir: Path) -> dict[str, dict[str, str]]:
-    """{cell: {column: text}} for the report: KV cache per target token and beam sentences/s against the base
-    (from decode_speed.json; empty where it was not run)."""
-    path = Path(sweep_dir) / OUTPUT
-    if not path.is_file():
-        return {}
-    record = json.loads(path.read_text())
-    return {r["cell"]: {"KV cache (KiB/token)": f"{r['kv_cache_bytes']['self_per_target_token'] / 1024:.1f}",
-                        f"beam {record['beam']} sent/s": f"{r['sentences_per_s']:.1f}",
-                        "speed vs base": f"{r['vs_base']:.2f}"} for r in record["cells"]}
 
 
 def format_record(record: dict) -> str:

@@ -28,8 +28,8 @@ from headsweep.experiments.cells import Cell, ReportError, group_cells, learning
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
 from headsweep.experiments.report_site import index_record, write_index
-from headsweep.experiments.report_table import (cell_details, display, missing_words, p_words, reader_name,
-                                                shows_paper, table, varies)
+from headsweep.experiments.report_table import (cell_details, decode_speed_columns, display, missing_words, p_words,
+                                                reader_name, shows_paper, table, varies)
 from headsweep.experiments.significance import paired_bootstrap
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure
@@ -290,6 +290,9 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     cells = group_cells(runs)
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
+    speed = decode_speed_columns(sweep_dir)
+    for c in cells:
+        c.row["measured"] = speed.get(c.label, {})
     out_dir.mkdir(parents=True, exist_ok=True)
     curves = learning_curves(sweep, cells, out_dir)
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else [])

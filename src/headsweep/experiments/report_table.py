@@ -4,7 +4,9 @@ floor printed as the bounds they are, and one name per cell everywhere."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from headsweep.experiments.cells import Cell, learning_curve
 from headsweep.experiments.paper import COLUMNS
@@ -63,8 +65,9 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
     params, flops = varies(cells, "params_M"), varies(cells, "attn_mflops")
     steps = any(c.row["steps"] != cells[0].row["steps"] or c.row["steps"] < c.row["max_steps"] for c in cells)
     paper = shows_paper(cells)
+    measured = list(dict.fromkeys(k for c in cells for k in c.row.get("measured", {})))  # e.g. decoding speed
     columns = (["cell", "h", "d_k", "d_v", *map(reader_name, extra)] + ["params (M)"] * params
-               + ["attn MFLOP/token"] * flops + ["steps"] * steps
+               + ["attn MFLOP/token"] * flops + measured + ["steps"] * steps
                + ["BLEU test", "Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
                + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper)
     body = []
@@ -72,6 +75,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         r, first = c.row, c.runs[0]
         row = [display(c), fmt(r["h"]), fmt(r["d_k"]), fmt(r["d_v"]), *[fmt(first.flat[k]) for k in extra]]
         row += [fmt(r["params_M"], 2)] * params + [fmt(r["attn_mflops"], 3)] * flops
+        row += [r.get("measured", {}).get(k, "—") for k in measured]
         row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
         row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"]), "—" if r["delta"] is None else f"{r['delta']:+.2f}",
                 fmt_p(r.get("p_holm"), r["p_bound"]), fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
@@ -126,3 +130,19 @@ def missing_words(c: Cell) -> list[str]:
                      f"(no such row in its metrics CSV); the learning curve there is the mean of "
                      f"{len(c.runs) - 1} of {len(c.runs)} seeds")
     return words
+
+
+# Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.
+DECODE_SPEED = "decode_speed.json"
+
+
+def decode_speed_columns(sweep_dir: Path) -> dict[str, dict[str, str]]:
+    """{cell: {column: text}} for the report: KV cache per target token and beam sentences/s against the base
+    (from decode_speed.json; empty where it was not run)."""
+    path = Path(sweep_dir) / DECODE_SPEED
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    return {r["cell"]: {"KV cache (KiB/token)": f"{r['kv_cache_bytes']['self_per_target_token'] / 1024:.1f}",
+                        f"beam {record['beam']} sent/s": f"{r['sentences_per_s']:.1f}",
+                        "speed vs base": f"{r['vs_base']:.2f}"} for r in record["cells"]}
