@@ -1,5 +1,5 @@
 """Head importance, pruning, roles and head dropout (Michel et al. 2019, Voita et al. 2019), and
-`python -m headsweep.analyze` on a tiny checkpoint."""
+`python -m headsweep.analysis.analyze` on a tiny checkpoint."""
 
 import copy
 import json
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from headsweep.analysis import analyze as A
-from headsweep.analysis.ablation import MAX_LEN_FACTOR
+from headsweep.analysis.settings import AnalysisSettings
+from headsweep.analysis.ablation import MAX_LEN_FACTOR, Evaluator, plan_pruning, prunable_fraction
 from headsweep.model.attention import MultiHeadAttention
 from headsweep.analysis.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
                                   pruning_order, sentence_losses)
@@ -88,7 +89,7 @@ def test_pruning_order_follows_importance():
     norm = normalise_per_layer(scores)
     torch.testing.assert_close(norm["enc_self"].norm(dim=-1), torch.ones(2))
     heads = sorted(order)  # (kind, layer, head) order, as all_heads lists them
-    plan = A.plan_pruning(heads, norm, fractions(0.5), random_orders=2, seed=0)
+    plan = plan_pruning(heads, norm, fractions(0.5), random_orders=2, seed=0)
     assert plan["all"]["importance"] == pruning_order(norm)
     assert all(sorted(o) == heads for o in plan["all"]["random"]) and plan["all"]["random"][0] != heads
     assert plan["cross"]["importance"] == [("cross", 0, 0), ("cross", 0, 1)]
@@ -96,8 +97,8 @@ def test_pruning_order_follows_importance():
 
 def test_prunable_fraction_stops_at_the_first_drop():
     grid = [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert A.prunable_fraction(grid, [30, 29.5, 28.0, 29.5, 5], 30, 1.0) == 0.25  # not 0.75: the first drop
-    assert A.prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
+    assert prunable_fraction(grid, [30, 29.5, 28.0, 29.5, 5], 30, 1.0) == 0.25  # not 0.75: the first drop
+    assert prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
 
 
 def test_loss_ablation_matches_the_gated_models_own_loss_and_its_paired_error():
@@ -296,7 +297,7 @@ def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     for b in batches:
         for i, hyp in zip(b["index"].tolist(), module.translate(b["src"], max_len_factor=MAX_LEN_FACTOR)):
             plain[i] = hyp
-    assert A.Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
+    assert Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
 
 
 @needs_data
@@ -309,16 +310,21 @@ def test_bad_arguments_get_one_line(tiny_run, capsys):
     assert "checkpoint not found" in capsys.readouterr().err
 
 
-def test_analysis_config_keys_are_analyze_arguments():
-    """analysis=default (run after training, e.g. by sweeps/heads_specialise.yaml) is analyze()'s keywords."""
-    import inspect
+def test_one_source_for_the_analysis_settings():
+    """analysis=default (after training) and make analyze's defaults are the same values, those of
+    conf/analysis/default.yaml; a bad one is one line before anything is read."""
+    from omegaconf import OmegaConf
 
+    from headsweep.analysis.importance import AnalysisError
     from headsweep.config import compose
 
-    cfg = compose(["analysis=default"])
-    keywords = set(inspect.signature(A.analyze).parameters) - {"ckpt", "out_dir", "wandb_mode"}
-    assert set(cfg.analysis) == keywords
-    assert "analysis" not in compose([])  # off by default
+    from_hydra = AnalysisSettings(**OmegaConf.to_container(compose(["analysis=default"]).analysis, resolve=True))
+    assert A.parse_args(["--ckpt", "x"])[1] == from_hydra == AnalysisSettings.defaults()
+    assert from_hydra.max_sentences == 150 and from_hydra.sentences == ("0",)
+    assert A.parse_args(["--ckpt", "x", "--step", "0.5", "--sentences", "2", "3"])[1] == \
+        AnalysisSettings.defaults(step=0.5, sentences=["2", "3"])
+    with pytest.raises(AnalysisError, match=r"^--redundancy-threshold must be in \[0, 1\], got 2$"):
+        AnalysisSettings.defaults(redundancy_threshold=2)
 
 
 def test_pairwise_js_matches_scipy_and_clusters_twins():

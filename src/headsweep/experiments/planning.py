@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.experiments.reuse import find_reuse, finished_runs
@@ -121,11 +122,13 @@ def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, 
         cfg = compose([*common, *cell])
         check_config(cfg)
         plain = resolved_values(cfg)  # plain values: precision, width-scaled learning rate
+        analysis = OmegaConf.to_container(cfg.analysis, resolve=True) if cfg.get("analysis") else None
+        if analysis is not None:
+            AnalysisSettings(**analysis)  # checked like the rest of the config: one line, nothing started
     except ConfigError as e:
         raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
     except Exception as e:
         raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
-    analysis = OmegaConf.to_container(cfg.analysis, resolve=True) if cfg.get("analysis") else None
     flat = flatten_config(cfg)
     flat.update(plain)
     return flat, list(cfg.tags), analysis, plain
