@@ -129,7 +129,7 @@ def test_corrupt_checkpoint_starts_over_and_says_so(tmp_path, caplog):
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
     (out / "checkpoints" / "last.ckpt").write_bytes(b"PK\x03\x04 truncated")
-    with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
         metrics = train(compose([*overrides(out, "trainer.max_steps=10"), f"paths.output_dir={out}"]))
     assert metrics["train/steps"] == 10
     assert "is unreadable" in caplog.text and "starting this run over" in caplog.text
@@ -144,7 +144,7 @@ def test_unreachable_wandb_falls_back_to_offline(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
     out = tmp_path / "run"
     start = time.time()
-    with caplog.at_level(logging.WARNING, logger="headsweep.train"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.train"):
         train(compose([*overrides(out, "trainer.max_steps=6", "logger.wandb.mode=online"), f"paths.output_dir={out}"]))
     took = time.time() - start
     results = json.loads((out / "results.json").read_text())
@@ -184,7 +184,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path, caplog):
     io.save_checkpoint({"step": 1}, path)
     path.parent.chmod(0o500)
     try:
-        with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+        with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
             io.save_checkpoint({"step": 2}, path)
     finally:
         path.parent.chmod(0o700)
@@ -203,7 +203,7 @@ def test_failed_checkpoint_write_on_a_full_disk_keeps_the_previous_one(tmp_path,
                            "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=False) == {"step": 1}

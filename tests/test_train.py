@@ -1,5 +1,7 @@
 """Configs compose, and a tiny end-to-end run writes results.json, W&B files and a reloadable checkpoint."""
 
+import dataclasses
+import inspect
 import json
 import re
 import subprocess
@@ -11,6 +13,9 @@ import torch
 from omegaconf import OmegaConf
 
 from headsweep.config import CONF_DIR, compose
+from headsweep.data import TranslationDataModule
+from headsweep.model import TransformerConfig
+from headsweep.training.module import TranslationModule
 from headsweep.training.runs import load_module
 from headsweep.training.checks import ConfigError, check_config
 from headsweep.training.train import train
@@ -155,6 +160,48 @@ def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
 def test_budget_that_cannot_fit_fails_before_data(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["module.eval_every=0"], "module.eval_every=0: greedy val BLEU runs at every N-th validation; use N >= 1"),
+    (["module.schedule=wsd", "module.decay_fraction=0"], "module.decay_fraction=0 is the share of the budget wsd"),
+    (["module.label_smoothing=1.0"], "module.label_smoothing=1.0 must be in [0, 1)"),
+    (["module.label_smoothing=-0.1"], "module.label_smoothing=-0.1 must be in [0, 1)"),
+    (["data.max_len=300"], "data.max_len=300 is longer than model.max_len=256, the longest sequence the model has"),
+])
+def test_bad_module_and_length_settings_fail_before_data(overrides, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
+
+
+def test_module_built_in_python_checks_its_settings_too():
+    with pytest.raises(ValueError, match="module.eval_every=0"):
+        TranslationModule(model={}, vocab_size=10, tokenizer_json="", eval_every=0)
+
+
+# Code defaults that conf does not share, and why.
+CODE_ONLY = {"data": {"hub_fallback": "None: code alone never reaches for the network; conf/data/multi30k.yaml names "
+                                      "the hub's copy of Multi30k"}}
+
+
+def test_code_defaults_are_the_configs(monkeypatch):
+    """One source for every default: the module, the data module and TransformerConfig, built from Python
+    with their own defaults, are the experiment `make train` runs; and every key of their config group is a
+    constructor argument."""
+    monkeypatch.delenv("HEADSWEEP_DATA", raising=False)
+    monkeypatch.delenv("HEADSWEEP_CACHE", raising=False)
+    cfg = OmegaConf.to_container(compose(["paths.output_dir=/tmp/x"]), resolve=True)
+    fields = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    groups = {"module": (TranslationModule.__init__, {"model"}), "data": (TranslationDataModule.__init__, set())}
+    for group, (init, passed) in groups.items():
+        params = inspect.signature(init).parameters
+        assert set(cfg[group]) - {"_target_"} <= set(params), group
+        for key, value in cfg[group].items():
+            if key in params and key not in passed and key not in CODE_ONLY.get(group, {}):
+                default = params[key].default
+                assert default == (tuple(value) if isinstance(value, list) else value), f"{group}.{key}"
+    assert set(cfg["model"]) <= set(fields)
+    assert {k: fields[k] for k in cfg["model"]} == cfg["model"]
 
 
 def test_inverse_sqrt_needs_no_budget():

@@ -34,7 +34,7 @@ from wandb.sdk.lib.runid import generate_id  # W&B's own id format
 from headsweep.model import TransformerConfig
 from headsweep.training.runs import RESULTS, is_complete
 
-log = logging.getLogger("headsweep.resume")
+log = logging.getLogger(__name__)
 
 WANDB_ID_FILE = "wandb_id"
 CSV_BEFORE = "metrics.before-step{step}.csv"
