@@ -349,7 +349,7 @@ def test_prune_with_concrete_gates_beside_michel(run_copy, capsys):
 
     tiny_run = run_copy
 
-    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "2",
+    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "1",
                    "--split", "val"]) == 0
     record = json.loads((tiny_run / "prune" / "prune.json").read_text())
     none, strong = record["rows"]
