@@ -14,18 +14,24 @@ from headsweep.data.files import DataError, clean_pairs
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # set: datasets reads its local cache only
 
 
+def unreachable(url: str, timeout: float) -> str | None:
+    """Why no connection to the host and port of `url` opens within `timeout` seconds, or None: the quick
+    check before a library that retries for minutes (datasets here, W&B in training.resume)."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+    except OSError as e:
+        return f"cannot reach {parsed.hostname}:{port} ({e.strerror or type(e).__name__})"
+    return None
+
+
 def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the hub cannot be reached from here (no route to it within `timeout` seconds), or None. With
-    HF_HUB_OFFLINE or HF_DATASETS_OFFLINE set, None: `datasets` then answers from its cache at once."""
+    """Why the hub cannot be reached from here, or None. With HF_HUB_OFFLINE or HF_DATASETS_OFFLINE set,
+    None: `datasets` then answers from its cache at once."""
     if any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on") for k in OFFLINE_ENV):
         return None
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=timeout).close()
-    except OSError as e:
-        return f"cannot reach {url.hostname}:{port} ({e.strerror or type(e).__name__})"
-    return None
+    return unreachable(os.environ.get("HF_ENDPOINT", "https://huggingface.co"), timeout)
 
 
 def load_hub_pairs(name: str, config: str | None, split: str, columns: dict[str, str]) -> tuple[list[str], list[str]]:
