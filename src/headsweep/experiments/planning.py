@@ -44,8 +44,8 @@ def default_jobs(cores: int) -> int:
 def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
          specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
          jobs: int | None = 1, cores: int | None = None, only: list[str] = ()) -> Sweep:
-    """Every job of the sweep, checked; `finished` runs in `results` that a job can take over are noted
-    on it (headsweep.experiments.reuse)."""
+    """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
+    over is noted on the job (headsweep.experiments.reuse)."""
     spec, path = load_spec(name, specs_dir)
     if seeds is not None and seeds < 1:
         raise SweepError(f"--seeds must be >= 1, got {seeds}")
