@@ -27,6 +27,10 @@ SOURCES = ("local", "hub")
 
 
 class TranslationDataModule(pl.LightningDataModule):
+    """The arguments are conf/data/'s keys, with its defaults, but for hub_fallback: where the local corpus
+    is on the hub, {"name": ..., "splits": {our split: theirs}}, loaded when source=local and `dir` does not
+    exist. None here, so that code alone never reaches for the network; conf/data/multi30k.yaml sets it."""
+
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
     def __init__(
@@ -53,9 +57,6 @@ class TranslationDataModule(pl.LightningDataModule):
         seed: int = 1234,
         num_workers: int = 0,
     ):
-        """hub_fallback: where the local corpus is on the hub, {"name": ..., "splits": {our split: theirs}},
-        loaded when source=local and `dir` does not exist; None (the default here, so that code alone never
-        reaches for the network; conf/data/multi30k.yaml sets it): a missing `dir` is an error."""
         super().__init__()
         # Check config values up front so a typo fails at construction, not mid-run.
         if source not in SOURCES:
