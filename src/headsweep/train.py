@@ -26,7 +26,7 @@ from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
 from headsweep.training.train import train
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("headsweep.train")  # its module name even when run as __main__
 register_resolvers()
 
 
