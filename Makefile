@@ -13,7 +13,8 @@ export HYDRA_FULL_ERROR ?= 0
 ARGS ?=
 SWEEP ?= table3_a
 SEEDS ?=
-BUDGET ?=
+# make sweep's budget: ablation, the one every shipped result in results/ ran with (conf/budget/)
+BUDGET ?= ablation
 DRY ?=
 LAUNCHER ?=
 LAMBDAS ?=
@@ -45,16 +46,16 @@ $(SETUP_STAMP): pyproject.toml
 
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
 
-train: setup  ## Train the default model on Multi30k de->en (about 25 min on 2 CPU cores) [RESUME=<run dir>]
+train: setup  ## Train the default model on Multi30k de->en (18-23 min on 2 CPU cores) [RESUME=<run dir>]
 	$(if $(RESUME),$(PY) -m headsweep.training.resume "$(RESUME)" $(ARGS),$(PY) -m headsweep.train $(ARGS))
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
 	$(PY) -m headsweep.train experiment=smoke $(ARGS)
 
-test: setup  ## Fast tests (under ~10 min)
+test: setup  ## The fast tests (what CI runs; under ~10 min on 2 cores)
 	$(PY) -m pytest -q
 
-test-all: setup  ## All tests, slow ones included
+test-all: setup  ## Every test, the real trainings (marked slow) included: run it before a pull request
 	$(PY) -m pytest -q -m ""
 
 bench: setup  ## Speed vs baselines timed in the same run: training, attention, decoding [CKPT=run dir]
@@ -67,7 +68,7 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
-sweep: setup  ## Run a Table 3 ablation: make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation JOBS=2 LAUNCHER=.. ONLY='*-s3' DRY=1]
+sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation]
 	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(DRY),--dry) $(ARGS)
@@ -89,5 +90,5 @@ prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's:
 	$(PY) -m headsweep.analysis.prune --ckpt "$(CKPT)" $(if $(LAMBDAS),--lambdas $(LAMBDAS)) $(if $(STEPS),--steps $(STEPS)) \
 		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
-clean:  ## Remove run outputs and caches (keeps .venv)
-	rm -rf outputs multirun wandb lightning_logs .cache reports .pytest_cache .hypothesis
+clean:  ## Remove run outputs and caches (keeps .venv, and results/ and reports/: tracked reference results)
+	rm -rf outputs multirun wandb lightning_logs .cache .pytest_cache .hypothesis

@@ -1,5 +1,8 @@
-"""What the tests share: where the Multi30k files are, and the overrides of a tiny training run."""
+"""What the tests share: where the Multi30k files are, the overrides of a tiny training run, and one such
+run trained once for the whole test session (`tiny_run`), which the tests of training, evaluation and
+analysis read; a test that writes into a run takes a copy (`copy_run_dir`)."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,11 +13,45 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
 register_resolvers()
 
+# A run of a few seconds: the smoke experiment on 200 training pairs, a 300-subword vocabulary, 10 steps.
+TINY = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300",
+        "data.max_tokens=1024", "trainer.max_steps=10", "module.warmup_steps=4"]
 
-def tiny_overrides(out: Path, *extra: str) -> list[str]:
-    """A run of a few seconds: the smoke experiment on 200 training pairs, a 300-subword vocabulary."""
-    return [
-        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
-        "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300", "data.max_tokens=1024",
-        "trainer.max_steps=10", "module.warmup_steps=4", *extra,
-    ]
+# The session's run: 20 steps (epochs of 7 and 8 batches) with checkpoints every 6 (the last 3 kept: steps 12, 18 and
+# the final 20, which ends between two of them as a time cap or the ablation budget's 1,150 steps do), the
+# average of those after 85% of the budget (18 and 20), 2 heads a layer, an offline W&B run.
+TINY_RUN = ["model.heads=2", "trainer.max_steps=20", "callbacks.checkpoint.save_top_k=3",
+            "callbacks.checkpoint.every_n_train_steps=6", "callbacks.checkpoint.every_n_epochs=null",
+            "average_last=3", "average_from=0.85", "logger.wandb.mode=offline", "run_name=tiny"]
+
+
+def tiny_overrides(out: Path | None, *extra: str) -> list[str]:
+    """TINY writing to `out` (its vocabulary cached beside it), then `extra`: later overrides win."""
+    paths = [f"paths.output_dir={out}", f"data.cache_dir={out.parent / 'cache'}"] if out is not None else []
+    return [*TINY, *paths, *extra]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The one real training of `make test`: a finished run directory (TINY + TINY_RUN). Read it; copy it
+    (copy_run_dir) to write into it."""
+    if not DATA.is_dir():
+        pytest.skip(f"Multi30k not found at {DATA}")
+    from headsweep.config import compose
+    from headsweep.training.train import train
+
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    train(compose(tiny_overrides(out, *TINY_RUN)))
+    return out
+
+
+def copy_run_dir(run: Path, dest: Path) -> Path:
+    """A copy of a finished run to write into (its W&B files left behind); results.json still names the
+    original's checkpoint and hypothesis files, which hold the same bytes."""
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns("wandb"))
+    return dest
+
+
+@pytest.fixture
+def run_copy(tiny_run, tmp_path) -> Path:
+    return copy_run_dir(tiny_run, tmp_path / "run")

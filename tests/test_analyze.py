@@ -1,23 +1,22 @@
 """Head importance, pruning, roles and head dropout (Michel et al. 2019, Voita et al. 2019), and
-`python -m headsweep.analyze` on a tiny checkpoint."""
+`python -m headsweep.analysis.analyze` on a tiny checkpoint."""
 
 import copy
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from headsweep.analysis import analyze as A
-from headsweep.analysis.ablation import MAX_LEN_FACTOR
+from headsweep.analysis.settings import AnalysisSettings
+from headsweep.analysis.ablation import MAX_LEN_FACTOR, Evaluator, plan_pruning, prunable_fraction
 from headsweep.model.attention import MultiHeadAttention
 from headsweep.analysis.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
                                   pruning_order, sentence_losses)
 from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
 from headsweep.analysis.roles import attention_stats, role_label
 
-from conftest import DATA, needs_data
 from headsweep.data import make_batches
 
 
@@ -88,7 +87,7 @@ def test_pruning_order_follows_importance():
     norm = normalise_per_layer(scores)
     torch.testing.assert_close(norm["enc_self"].norm(dim=-1), torch.ones(2))
     heads = sorted(order)  # (kind, layer, head) order, as all_heads lists them
-    plan = A.plan_pruning(heads, norm, fractions(0.5), random_orders=2, seed=0)
+    plan = plan_pruning(heads, norm, fractions(0.5), random_orders=2, seed=0)
     assert plan["all"]["importance"] == pruning_order(norm)
     assert all(sorted(o) == heads for o in plan["all"]["random"]) and plan["all"]["random"][0] != heads
     assert plan["cross"]["importance"] == [("cross", 0, 0), ("cross", 0, 1)]
@@ -96,8 +95,8 @@ def test_pruning_order_follows_importance():
 
 def test_prunable_fraction_stops_at_the_first_drop():
     grid = [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert A.prunable_fraction(grid, [30, 29.5, 28.0, 29.5, 5], 30, 1.0) == 0.25  # not 0.75: the first drop
-    assert A.prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
+    assert prunable_fraction(grid, [30, 29.5, 28.0, 29.5, 5], 30, 1.0) == 0.25  # not 0.75: the first drop
+    assert prunable_fraction(grid, [30, 30, 30, 30, 30], 30, 1.0) == 1.0
 
 
 def test_loss_ablation_matches_the_gated_models_own_loss_and_its_paired_error():
@@ -233,24 +232,9 @@ def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation()
 # ----------------------------------------------------------------------------- the whole analysis
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    from headsweep.config import compose
-    from headsweep.training.train import train
-
-    out = tmp_path_factory.mktemp("analyze") / "run"
-    train(compose([
-        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
-        "data.limit_train=200", "data.limit_eval=12", "data.vocab_size=300", "data.max_tokens=1024",
-        "trainer.max_steps=10", "module.warmup_steps=4", "logger.wandb.mode=disabled", "average_last=0",
-        "model.heads=2",
-    ]))
-    return out
-
-
-@needs_data
-def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
+def test_analyze_writes_every_file(run_copy, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    tiny_run = run_copy  # the session's run (2 heads a layer, 40 val sentences), copied without its W&B files
     A.main(["--ckpt", str(tiny_run), "--max-sentences", "6", "--random-orders", "2", "--step", "0.5",
             "--sentences", "1", "ein Mann fährt Fahrrad ."])
     out = tiny_run / "analysis"
@@ -259,13 +243,13 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     files += [out / f for m in a["attention_maps"] for f in m["files"].values()]
     assert len(a["attention_maps"]) == 2 and len(files) == 7 + 2 * 3
     assert all(p.is_file() and p.stat().st_size > 0 for p in files), [p for p in files if not p.is_file()]
-    assert list((tiny_run / "wandb").glob("offline-run-*")), "no W&B offline run"  # training logged none
+    assert len(list((tiny_run / "wandb").glob("offline-run-*"))) == 1, "no W&B offline run"  # the copy had none
     n_heads = 3 * 1 * 2  # kinds x layers x heads of model=tiny (1 layer) with heads=2
     assert len(a["single_head"]) == len(a["roles"]["heads"]) == n_heads
     # Single heads are scored by loss over the split, not decoded; with 2 heads a layer, keeping the best head
     # removes one head, a set the single-head pass already measured: no extra loss pass for it.
     assert all("bleu" not in r and r["delta_loss_se"] >= 0 for r in a["single_head"])
-    assert a["cost"]["loss_passes"] == 1 + n_heads and a["settings"]["sentences_loss"] == 12
+    assert a["cost"]["loss_passes"] == 1 + n_heads and a["settings"]["sentences_loss"] == 40
     assert all("bleu" in r and "delta_loss_se" in r for r in a["best_head_only"])
     # Removing nothing is the full model: the first point of every curve is the full BLEU.
     for pool in a["pruning"]["pools"].values():
@@ -282,7 +266,6 @@ def test_analyze_writes_every_file(tiny_run, capsys, monkeypatch):
     assert "2 x its longest source" in a["settings"]["decoding"]
 
 
-@needs_data
 def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     """The evaluator's 0%-pruned point goes through the gates (all ones) and must equal plain decoding."""
     from headsweep.training.translate import corpus_scores
@@ -296,10 +279,9 @@ def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     for b in batches:
         for i, hyp in zip(b["index"].tolist(), module.translate(b["src"], max_len_factor=MAX_LEN_FACTOR)):
             plain[i] = hyp
-    assert A.Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
+    assert Evaluator(module, batches, refs)([])["bleu"] == corpus_scores(plain, refs)["bleu"]
 
 
-@needs_data
 def test_bad_arguments_get_one_line(tiny_run, capsys):
     with pytest.raises(SystemExit) as e:
         A.main(["--ckpt", str(tiny_run), "--step", "0"])
@@ -309,16 +291,21 @@ def test_bad_arguments_get_one_line(tiny_run, capsys):
     assert "checkpoint not found" in capsys.readouterr().err
 
 
-def test_analysis_config_keys_are_analyze_arguments():
-    """analysis=default (run after training, e.g. by sweeps/heads_specialise.yaml) is analyze()'s keywords."""
-    import inspect
+def test_one_source_for_the_analysis_settings():
+    """analysis=default (after training) and make analyze's defaults are the same values, those of
+    conf/analysis/default.yaml; a bad one is one line before anything is read."""
+    from omegaconf import OmegaConf
 
+    from headsweep.analysis.importance import AnalysisError
     from headsweep.config import compose
 
-    cfg = compose(["analysis=default"])
-    keywords = set(inspect.signature(A.analyze).parameters) - {"ckpt", "out_dir", "wandb_mode"}
-    assert set(cfg.analysis) == keywords
-    assert "analysis" not in compose([])  # off by default
+    from_hydra = AnalysisSettings(**OmegaConf.to_container(compose(["analysis=default"]).analysis, resolve=True))
+    assert A.parse_args(["--ckpt", "x"])[1] == from_hydra == AnalysisSettings.defaults()
+    assert from_hydra.max_sentences == 150 and from_hydra.sentences == ("0",)
+    assert A.parse_args(["--ckpt", "x", "--step", "0.5", "--sentences", "2", "3"])[1] == \
+        AnalysisSettings.defaults(step=0.5, sentences=["2", "3"])
+    with pytest.raises(AnalysisError, match=r"^--redundancy-threshold must be in \[0, 1\], got 2$"):
+        AnalysisSettings.defaults(redundancy_threshold=2)
 
 
 def test_pairwise_js_matches_scipy_and_clusters_twins():
@@ -352,15 +339,17 @@ def test_analysis_decoding_stops_at_twice_the_source():
     assert max_output_length(src, 0, extra=4, limit=500, factor=2.0) == 9  # the paper's limit still applies
 
 
-@needs_data
-def test_prune_with_concrete_gates_beside_michel(tiny_run, capsys):
+@pytest.mark.slow  # two fine-tunes
+def test_prune_with_concrete_gates_beside_michel(run_copy, capsys):
     """A large lambda closes gates (fewer heads kept than without the penalty); Michel's side removes as
     many heads per kind; the fine-tunes log the open gates per layer at every step."""
     import csv
 
     from headsweep.analysis import prune as P
 
-    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "2",
+    tiny_run = run_copy
+
+    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "1",
                    "--split", "val"]) == 0
     record = json.loads((tiny_run / "prune" / "prune.json").read_text())
     none, strong = record["rows"]

@@ -7,6 +7,7 @@ All tests build tiny corpora in tmp_path; only the last one reads the real Multi
 import gzip
 import logging
 import random
+import socket
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import datasets
 import pytest
 import torch
 
-from headsweep.data import datamodule as hd_datamodule
+from headsweep.data import datamodule as hd_datamodule, hub as hd_hub
 from headsweep.data import DataError, TokenBatchSampler, TranslationDataModule, load_tokenizer, split_files
 
 REAL_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
@@ -25,6 +26,12 @@ _VERB_DE = ["läuft über", "sitzt auf", "spielt neben", "steht vor", "wartet an
 _VERB_EN = ["walks across", "sits on", "plays next to", "stands in front of", "waits at"]
 _OBJ_DE = ["der Straße", "einer Bank", "dem Haus", "einem roten Auto", "der großen Brücke"]
 _OBJ_EN = ["the street", "a bench", "the house", "a red car", "the big bridge"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nothing listens there
 
 
 def make_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -157,16 +164,68 @@ def test_empty_pairs_dropped_and_counted(corpus, tmp_path, caplog):
 
 
 def test_hub_unreachable_is_one_quick_line(monkeypatch, tmp_path):
-    def offline(*args, **kwargs):  # what datasets raises after its retries when offline
-        raise ConnectionError("Couldn't reach 'wmt14' on the Hub (LocalEntryNotFoundError)")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
+    """No route to the hub: one line in seconds, not datasets' half minute of retries."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("tried the hub anyway"))
     dm = TranslationDataModule(source="hub", hub_name="wmt14", hub_config="de-en", cache_dir=str(tmp_path))
     t = time.monotonic()
     msg = setup_error(dm)
     assert time.monotonic() - t < 5
-    assert "wmt14" in msg and "Couldn't reach" in msg
+    assert "wmt14" in msg and "cannot reach 127.0.0.1" in msg
     assert "use data.source=local data.dir=PATH for local files" in msg
+
+
+def test_hub_error_is_one_line(monkeypatch, tmp_path):
+    def offline(*args, **kwargs):  # what datasets raises after its retries when offline
+        raise ConnectionError("Couldn't reach 'wmt14' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    msg = setup_error(TranslationDataModule(source="hub", hub_name="wmt14", hub_config="de-en", cache_dir=str(tmp_path)))
+    assert "wmt14" in msg and "Couldn't reach" in msg and "use data.source=local data.dir=PATH" in msg
+
+
+FALLBACK = {"name": "bentrevett/multi30k", "splits": {"val": "validation", "test_2016_flickr": "test"}}
+
+
+def test_missing_local_folder_takes_the_same_corpus_from_the_hub(monkeypatch, tmp_path, caplog):
+    """The default data config (source=local with hub_fallback): no folder, so the hub's copy, its splits
+    renamed to ours, and one line saying so."""
+    asked = []
+
+    def hub_copy(name, config, split):
+        asked.append((name, split))
+        de, en = make_pairs({"train": 200, "validation": 30, "test": 20}[split])
+        return datasets.Dataset.from_dict({"de": de, "en": en})
+
+    monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", hub_copy)
+    dm = dm_for(tmp_path / "nowhere", tmp_path, hub_fallback=FALLBACK)
+    with caplog.at_level(logging.INFO, logger="headsweep.data"):
+        dm.setup()
+    assert asked == [(FALLBACK["name"], s) for s in ("train", "validation", "test")]
+    assert dm.texts("val") == make_pairs(30) and len(dm.texts("test_2016_flickr")[0]) == 20
+    assert dm.loaded_from == "hub" and dm.split_path("val") is None
+    said = [r.getMessage() for r in caplog.records if "hub" in r.getMessage()]
+    assert len(said) == 1 and "nowhere not found" in said[0] and "bentrevett/multi30k" in said[0]
+
+
+def test_neither_local_folder_nor_hub_names_both_fixes(monkeypatch, tmp_path):
+    monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: "cannot reach huggingface.co:443 (Name or service not known)")
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("tried the hub anyway"))
+    msg = setup_error(dm_for(tmp_path / "nowhere", tmp_path, hub_fallback=FALLBACK))
+    assert str((tmp_path / "nowhere").absolute()) in msg and "data.dir=PATH" in msg and "HEADSWEEP_DATA" in msg
+    assert "bentrevett/multi30k" in msg and "huggingface.co" in msg
+
+
+def test_the_default_data_config_falls_back_to_the_hub():
+    from headsweep.config import compose
+
+    data = compose(["paths.output_dir=/tmp/x"]).data
+    assert data.source == "local" and data.hub_fallback.name == "bentrevett/multi30k"
+    assert dict(data.hub_fallback.splits) == {"train": "train", "val": "validation", "test_2016_flickr": "test"}
 
 
 def test_hub_dotted_columns(monkeypatch, tmp_path):
@@ -175,6 +234,7 @@ def test_hub_dotted_columns(monkeypatch, tmp_path):
         return datasets.Dataset.from_dict({"translation": [{"de": d, "en": e} for d, e in zip(de, en)]})
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
+    monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: None)
     dm = TranslationDataModule(
         source="hub", hub_name="fake", hub_columns={"src": "translation.de", "tgt": "translation.en"},
         val_split="validation", test_split="test", cache_dir=str(tmp_path), vocab_size=200,
@@ -347,7 +407,11 @@ def test_max_len_filters_training_only(corpus, tmp_path, caplog):
         s, t = dm.encode([dm.texts("train")[0][i], dm.texts("train")[1][i]])
         assert max(len(s), len(t)) + 1 <= 12
     assert any(f"filtered {n_train - len(kept)} of {n_train}" in r.getMessage() for r in caplog.records)
-    assert sum(len(b["index"]) for b in dm.val_dataloader()) == 60  # eval splits untouched
+    assert sum(len(b["index"]) for b in dm.val_dataloader()) == 60  # eval splits untouched ...
+    dm.check_fits("val", 100)
+    with pytest.raises(DataError, match=r"^split 'val': pair \d+ is \d+ subwords long with BOS/EOS, longer than "
+                                        r"model.max_len=12; evaluation scores every pair: raise model.max_len$"):
+        dm.check_fits("val", 12)  # ... so what the model cannot take is one line before training
 
 
 def test_limits_and_add_split(corpus, tmp_path):

@@ -1,4 +1,4 @@
-"""`python -m headsweep.experiments.evaluate` and checkpoint averaging, on a tiny run trained once for this file."""
+"""`python -m headsweep.experiments.evaluate` and checkpoint averaging, on the session's tiny run."""
 
 import gzip
 import json
@@ -11,34 +11,23 @@ import pytest
 import torch
 
 from headsweep.bench.decoding import bench_decoding
-from headsweep.config import compose
 from headsweep.experiments import evaluate
 from headsweep.training import averaging
 from headsweep.training.averaging import average_state_dicts
 from headsweep.training.runs import load_datamodule, load_module, load_run
-from headsweep.training.train import train
 
-from conftest import DATA
+from conftest import DATA, copy_run_dir
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 N_EVAL = 40  # data.limit_eval: sentences in val and test
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """A tiny finished run trained with average_last=3 of the checkpoints after 85% of the budget, checkpoints
-    every 6 steps of its 20 (the last 3 kept: steps 12, 18, 20, so only 18 and 20 are averaged),
-    so training ends between two of them as a max_time cap or an ablation budget's 1,150 steps do."""
-    out = tmp_path_factory.mktemp("eval") / "run"
-    cfg = compose([
-        "experiment=smoke", f"paths.output_dir={out}", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
-        "data.limit_train=200", f"data.limit_eval={N_EVAL}", "data.vocab_size=300", "data.max_tokens=1024",
-        "trainer.max_steps=20", "module.warmup_steps=4", "callbacks.checkpoint.save_top_k=3",
-        "callbacks.checkpoint.every_n_train_steps=6", "callbacks.checkpoint.every_n_epochs=null",
-        "logger.wandb.mode=disabled", "average_last=3", "average_from=0.85",
-    ])
-    train(cfg)
-    return out
+def run(tiny_run, tmp_path_factory) -> Path:
+    """A copy of the session's tiny run (conftest.TINY_RUN: 20 steps, checkpoints every 6, the last 3 kept:
+    12, 18, 20, and the average of those after 85% of the budget, 18 and 20) for these tests to write
+    evaluations into; tests that only read use `tiny_run` itself."""
+    return copy_run_dir(tiny_run, tmp_path_factory.mktemp("eval") / "run")
 
 
 def results(run: Path) -> dict:
@@ -74,31 +63,30 @@ def test_average_state_dicts_is_the_mean(tmp_path):
     assert torch.equal(mean["n"], torch.tensor([3]))  # integer buffers are not averaged
 
 
-def test_the_weights_training_ended_with_are_checkpointed(run):
+def test_the_weights_training_ended_with_are_checkpointed(tiny_run):
     """Lightning saves only at multiples of every_n_train_steps; the final step (20) is saved too, as a step
     checkpoint (so averaging includes it) and as last.ckpt (what evaluation and analysis load)."""
-    assert [averaging.checkpoint_step(p) for p in step_checkpoints(run)] == [12, 18, 20]
-    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
-    assert last["global_step"] == results(run)["metrics"]["train/steps"] == 20
-    final = torch.load(step_checkpoints(run)[-1], map_location="cpu", weights_only=False)["state_dict"]
+    assert [averaging.checkpoint_step(p) for p in step_checkpoints(tiny_run)] == [12, 18, 20]
+    last = torch.load(tiny_run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == results(tiny_run)["metrics"]["train/steps"] == 20
+    final = torch.load(step_checkpoints(tiny_run)[-1], map_location="cpu", weights_only=False)["state_dict"]
     assert all(torch.equal(final[k], v) for k, v in last["state_dict"].items())
 
 
-def test_an_older_runs_earlier_last_checkpoint_is_named_when_loaded(run, tmp_path, caplog):
-    old = tmp_path / "old"
-    shutil.copytree(run, old, ignore=shutil.ignore_patterns("wandb"))
+def test_an_older_runs_earlier_last_checkpoint_is_named_when_loaded(tiny_run, tmp_path, caplog):
+    old = copy_run_dir(tiny_run, tmp_path / "old")
     shutil.copy(old / "checkpoints" / "step000018.ckpt", old / "checkpoints" / "last.ckpt")
     load_run(old)
     assert "holds step 18 but the run trained 20 steps" in caplog.text
     caplog.clear()
-    load_run(run)
+    load_run(tiny_run)
     assert "holds step" not in caplog.text
 
 
-def test_training_scores_the_averaged_checkpoints(run):
-    r = results(run)
+def test_training_scores_the_averaged_checkpoints(tiny_run):
+    r = results(tiny_run)
     avg, split = r["averaged"], r["config"]["data"]["test_split"]
-    last_two = step_checkpoints(run)[-2:]
+    last_two = step_checkpoints(tiny_run)[-2:]
     assert avg["checkpoints"] == [str(p) for p in last_two]  # step 12 (60% of the budget) left out
     assert avg["budget_spent"] == [0.9, 1.0]
     for name in ("greedy", "beam"):
@@ -108,7 +96,7 @@ def test_training_scores_the_averaged_checkpoints(run):
     assert r["metrics"]["test_avg/bleu_greedy"] == avg["scores"][f"{split}.greedy"]["bleu"]
     # averaged.ckpt loads like any checkpoint, and holds the mean of the two checkpoints' weights,
     # computed here by hand in float64.
-    saved = load_module(run / "checkpoints" / averaging.AVERAGED).state_dict()
+    saved = load_module(tiny_run / "checkpoints" / averaging.AVERAGED).state_dict()
     states = [torch.load(p, map_location="cpu", weights_only=False)["state_dict"] for p in last_two]
     assert not torch.equal(states[0]["net.embed.weight"], states[1]["net.embed.weight"])
     for key, value in saved.items():
@@ -169,8 +157,8 @@ def test_plain_text_files_as_the_split(run, tmp_path):
     assert len(Path(entry["hypotheses"]).read_text().splitlines()) == 5
 
 
-def test_bench_decoding_rows(run):
-    module, datamodule = load_module(run), load_datamodule(run)
+def test_bench_decoding_rows(tiny_run):
+    module, datamodule = load_module(tiny_run), load_datamodule(tiny_run)
     rows = bench_decoding(module, datamodule, n_sentences=6, beam_size=2)
     assert [r["decoder"] for r in rows] == ["greedy (cached)", "greedy (naive)", "beam 2 (cached)", "beam 2 (naive)"]
     assert all(r["sentences"] == 6 and r["same_as_naive"] for r in rows)

@@ -21,17 +21,15 @@ from headsweep.training.resume import SafeCheckpointIO, join_metrics, set_aside_
 from headsweep.training.checks import ConfigError
 from headsweep.training.train import train
 
-from conftest import DATA, needs_data
+from conftest import TINY_RUN, needs_data, tiny_overrides
 
 
 def overrides(out: Path, *extra: str) -> list[str]:
-    return [
-        "experiment=smoke", f"data.dir={DATA}", f"data.cache_dir={out.parent / 'cache'}",
-        "data.limit_train=200", "data.limit_eval=20", "data.vocab_size=300", "data.max_tokens=512",
-        "trainer.max_steps=40", "module.warmup_steps=4", "module.test_beam_size=1", "trainer.log_every_n_steps=1",
-        "callbacks.checkpoint.every_n_train_steps=5", "callbacks.checkpoint.every_n_epochs=null",
-        "logger.wandb.mode=offline", "run_name=resume", *extra,
-    ]
+    """40 steps of 512-token batches, a checkpoint every 5: room to kill a run between two of them."""
+    return tiny_overrides(None, f"data.cache_dir={out.parent / 'cache'}", "data.limit_eval=20", "data.max_tokens=512",
+                          "trainer.max_steps=40", "module.test_beam_size=1", "trainer.log_every_n_steps=1",
+                          "callbacks.checkpoint.every_n_train_steps=5", "callbacks.checkpoint.every_n_epochs=null",
+                          "logger.wandb.mode=offline", "run_name=resume", *extra)
 
 
 def loss_curve(run: Path) -> dict[int, float]:
@@ -45,6 +43,7 @@ def free_port() -> int:
         return s.getsockname()[1]  # closed again: nothing listens there
 
 
+@pytest.mark.slow
 @needs_data
 def test_killed_run_resumes_onto_the_uninterrupted_curve(tmp_path):
     whole = tmp_path / "whole"
@@ -84,6 +83,7 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(tmp_path):
     assert {p.name.rsplit("-", 1)[1] for p in (killed / "wandb").glob("offline-run-*")} == {run_id}
 
 
+@pytest.mark.slow
 @needs_data
 def test_resume_under_other_checkpoint_settings_still_ends_in_last_ckpt(tmp_path):
     """Other checkpoint settings change the callback's state key, so Lightning drops its saved state on
@@ -104,38 +104,35 @@ def test_resume_under_other_checkpoint_settings_still_ends_in_last_ckpt(tmp_path
     assert (ckpts / "step000040.ckpt").is_file()
 
 
-@needs_data
-def test_complete_run_is_never_retrained(tmp_path, capsys):
-    out = tmp_path / "run"
-    cfg = [*overrides(out, "trainer.max_steps=10"), f"paths.output_dir={out}"]
-    first = train(compose(cfg))
-    stamp = (out / "results.json").stat().st_mtime_ns
-    assert train(compose(cfg)) == first
-    assert (out / "results.json").stat().st_mtime_ns == stamp
+def test_complete_run_is_never_retrained(run_copy, capsys):
+    first = json.loads((run_copy / "results.json").read_text())
+    files = [run_copy / "results.json", run_copy / "csv" / "metrics.csv", run_copy / "checkpoints" / "last.ckpt"]
+    stamps = [p.stat().st_mtime_ns for p in files]
+    assert train(compose(tiny_overrides(run_copy, *TINY_RUN))) == first["metrics"]
+    assert [p.stat().st_mtime_ns for p in files] == stamps  # nothing trained, nothing written
     assert "already complete" in capsys.readouterr().out
 
 
-@needs_data
-def test_resume_with_another_model_fails_in_one_line(tmp_path):
-    out = tmp_path / "run"
-    train(compose([*overrides(out, "trainer.max_steps=10"), f"paths.output_dir={out}"]))
-    (out / "results.json").unlink()  # as if killed after its last checkpoint
-    with pytest.raises(ConfigError, match=r"holds a run of another model \(model.heads: 4 there, 2 here\)"):
-        train(compose([*overrides(out, "trainer.max_steps=10", "model.heads=2"), f"paths.output_dir={out}"]))
+def test_resume_with_another_model_fails_in_one_line(run_copy):
+    (run_copy / "results.json").unlink()  # as if killed after its last checkpoint
+    with pytest.raises(ConfigError, match=r"holds a run of another model \(model.heads: 2 there, 4 here\)"):
+        train(compose(tiny_overrides(run_copy, *TINY_RUN, "model.heads=4")))
 
 
+@pytest.mark.slow
 @needs_data
 def test_corrupt_checkpoint_starts_over_and_says_so(tmp_path, caplog):
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
     (out / "checkpoints" / "last.ckpt").write_bytes(b"PK\x03\x04 truncated")
-    with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
         metrics = train(compose([*overrides(out, "trainer.max_steps=10"), f"paths.output_dir={out}"]))
     assert metrics["train/steps"] == 10
     assert "is unreadable" in caplog.text and "starting this run over" in caplog.text
     assert list(out.glob("checkpoints.corrupt-*/last.ckpt"))
 
 
+@pytest.mark.slow
 @needs_data
 def test_unreachable_wandb_falls_back_to_offline(tmp_path, monkeypatch, caplog):
     """Online logging with a key but no route to the server: one warning, an offline run, results.json
@@ -144,7 +141,7 @@ def test_unreachable_wandb_falls_back_to_offline(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{free_port()}")
     out = tmp_path / "run"
     start = time.time()
-    with caplog.at_level(logging.WARNING, logger="headsweep.train"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.train"):
         train(compose([*overrides(out, "trainer.max_steps=6", "logger.wandb.mode=online"), f"paths.output_dir={out}"]))
     took = time.time() - start
     results = json.loads((out / "results.json").read_text())
@@ -184,7 +181,7 @@ def test_failed_checkpoint_write_keeps_the_previous_one(tmp_path, caplog):
     io.save_checkpoint({"step": 1}, path)
     path.parent.chmod(0o500)
     try:
-        with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+        with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
             io.save_checkpoint({"step": 2}, path)
     finally:
         path.parent.chmod(0o700)
@@ -203,7 +200,7 @@ def test_failed_checkpoint_write_on_a_full_disk_keeps_the_previous_one(tmp_path,
                            "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with caplog.at_level(logging.WARNING, logger="headsweep.resume"):
+    with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):
         io.save_checkpoint({"step": 2}, path)
     monkeypatch.undo()
     assert torch.load(path, weights_only=False) == {"step": 1}

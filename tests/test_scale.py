@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import DATA, needs_data, tiny_overrides
+from conftest import needs_data, tiny_overrides
 from headsweep.experiments import sweep as S
 from headsweep.training.checks import ConfigError, check_devices
 from headsweep.config import compose
@@ -21,6 +21,7 @@ def run_cli(out, *extra) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 @needs_data
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two processes need two cores")
 def test_ddp_on_two_cpu_processes_splits_each_epoch(tmp_path):
@@ -53,11 +54,11 @@ def test_devices_this_machine_cannot_run_fail_in_one_line(overrides, message):
         check_devices(compose([*overrides, "paths.output_dir=/tmp/x"]))
 
 
-TINY_SWEEP = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.limit_eval=20",
-              "data.vocab_size=300", "data.max_tokens=1024", "trainer.max_steps=6", "module.warmup_steps=2",
-              "module.test_beam_size=1", "logger.wandb.mode=disabled"]
+TINY_SWEEP = tiny_overrides(None, "data.limit_eval=20", "trainer.max_steps=6", "module.warmup_steps=2",
+                            "module.test_beam_size=1", "logger.wandb.mode=disabled")
 
 
+@pytest.mark.slow
 @needs_data
 @pytest.mark.parametrize("launcher, jobs", [("joblib", 2), ("submitit_local", 1)])
 def test_tiny_sweep_through_a_launcher(tmp_path, capsys, launcher, jobs):

@@ -1,6 +1,5 @@
 """`make sweep`: the specs, grid x seeds expansion, bad input, resume, and one failure not stopping the rest."""
 
-import inspect
 import itertools
 import json
 import re
@@ -11,13 +10,13 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-import headsweep.training.module
-from headsweep.experiments import sweep as S
-from headsweep.config import auto_precision, compose
+from headsweep.experiments import launch as L, planning as P, sweep as S
+from headsweep.experiments.jobs import Job, Sweep
+from headsweep.config import SWEEPS_DIR, auto_precision, compose
 from headsweep.training.runs import is_complete
 
-from conftest import DATA, needs_data
-SPECS = sorted(S.SWEEPS_DIR.glob("*.yaml"))
+from conftest import needs_data, tiny_overrides
+SPECS = sorted(SWEEPS_DIR.glob("*.yaml"))
 NAMES = [p.stem for p in SPECS]
 # The top-level keys of a W&B sweep spec (docs.wandb.ai, "Sweep configuration options").
 WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "metric", "parameters",
@@ -30,7 +29,7 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
 
 
 def test_heads_specialise_analyses_every_job(tmp_path):
-    sweep = S.plan("heads_specialise", seeds=2, root=tmp_path)
+    sweep = P.plan("heads_specialise", seeds=2, root=tmp_path)
     assert [j.cell for j in sweep.jobs[:3]] == ["h8-dk32-dv32-head_dropout0", "h8-dk32-dv32-head_dropout0.1",
                                                 "h8-dk32-dv32-head_dropout0.2"] and len(sweep.jobs) == 6
     cfg = compose([*sweep.common, *sweep.jobs[2].overrides])
@@ -49,17 +48,19 @@ def test_spec_is_a_wandb_grid_sweep(path):
         assert None not in values, key  # W&B would pass the string None
 
 
-def test_spec_metric_is_logged_by_the_trainer():
-    source = inspect.getsource(headsweep.training.module)
+def test_spec_metric_is_logged_by_the_trainer(tiny_run):
+    """What a W&B agent maximises is a metric a run reports, in its results.json and in its CSV log."""
+    results = json.loads((tiny_run / "results.json").read_text())
+    logged = (tiny_run / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     for path in SPECS:
         metric = yaml.safe_load(path.read_text())["metric"]["name"]
-        assert f'self.log("{metric}"' in source, (path.name, metric)
+        assert isinstance(results["metrics"].get(metric), float) and metric in logged, (path.name, metric)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_grid_point_composes(name, tmp_path):
-    sweep = S.plan(name, seeds=1, root=tmp_path)  # composes each cell and builds its model on the meta device
-    spec = yaml.safe_load((S.SWEEPS_DIR / f"{name}.yaml").read_text())
+    sweep = P.plan(name, seeds=1, root=tmp_path)  # composes each cell and builds its model on the meta device
+    spec = yaml.safe_load((SWEEPS_DIR / f"{name}.yaml").read_text())
     n_cells = 1
     for key, p in spec["parameters"].items():
         n_cells *= len(p.get("values", [None])) if key != "seed" else 1  # seeds make jobs, not cells
@@ -75,18 +76,18 @@ def test_job_file_composes_the_same_config_as_its_overrides(name, tmp_path):
     specs.mkdir()
     (specs / "groups.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {  # config group choices
         "model": {"values": ["tiny", "small"]}, "budget": {"values": ["short"]}, "model.heads": {"values": [2]}}}))
-    sweep = S.plan(name, seeds=1, root=tmp_path, specs_dir=specs if name == "groups" else S.SWEEPS_DIR)
-    S.write_jobs(sweep, sweep.jobs)
+    sweep = P.plan(name, seeds=1, root=tmp_path, specs_dir=specs if name == "groups" else SWEEPS_DIR)
+    L.write_jobs(sweep, sweep.jobs)
     search = f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]"
     for job in sweep.jobs[:3]:
-        via_file = compose([*sweep.common, search, f"+{S.JOB_GROUP}={job.name}"])
+        via_file = compose([*sweep.common, search, f"+{L.JOB_GROUP}={job.name}"])
         via_cli = compose([*sweep.common, *job.overrides, f"run_name={job.name}", f"tags=[{','.join(job.tags)}]"])
         assert via_file == via_cli, job.name
         assert via_file.run_name == job.name and via_file.sweep == name
 
 
 def test_grid_times_seeds(tmp_path):
-    sweep = S.plan("table3_a", seeds=3, root=tmp_path, budget="short")
+    sweep = P.plan("table3_a", seeds=3, root=tmp_path, budget="short")
     assert "budget=short" in sweep.common and "sweep=table3_a" in sweep.common
     cells = ["h8-dk32-dv32", "h1-dk256-dv256", "h2-dk128-dv128", "h4-dk64-dv64", "h16-dk16-dv16", "h32-dk8-dv8"]
     # seed-major: every cell once before any second seed
@@ -99,12 +100,12 @@ def test_grid_times_seeds(tmp_path):
     assert job.tags == ["row-A", "cell-h1-dk256-dv256"]
     assert sweep.jobs[6].tags == ["row-A", "cell-h8-dk32-dv32", "base"]
 
-    b = S.plan("table3_b", seeds=1, root=tmp_path)
+    b = P.plan("table3_b", seeds=1, root=tmp_path)
     assert [j.name for j in b.jobs] == ["h8-dk32-dv32-s1", "h8-dk16-dv32-s1", "h8-dk8-dv32-s1"]
     assert "model.d_v=32" in b.common  # a `value:` parameter is common to every job
-    d = S.plan("table3_d", seeds=2, root=tmp_path)
+    d = P.plan("table3_d", seeds=2, root=tmp_path)
     assert len(d.jobs) == 18 and d.jobs[0].name == "h8-dk32-dv32-drop0.1-ls0.1-s1"
-    c = S.plan("table3_c", seeds=1, root=tmp_path)
+    c = P.plan("table3_c", seeds=1, root=tmp_path)
     assert [j.cell for j in c.jobs][:2] == ["h8-dk32-dv32-N3-dm256-ff1024", "h8-dk32-dv32-N1-dm256-ff1024"]
 
 
@@ -144,7 +145,7 @@ def no_launch(monkeypatch):
     def fail(*a, **k):
         raise AssertionError("a job was launched")
 
-    monkeypatch.setattr(S.subprocess, "run", fail)
+    monkeypatch.setattr(L.subprocess, "run", fail)
 
 
 @pytest.mark.parametrize("parameters, message", [
@@ -189,7 +190,7 @@ def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_la
 
 
 def test_resume_skips_finished_jobs_and_reruns_unfinished_ones(tmp_path, monkeypatch, capsys):
-    sweep = S.plan("table3_e", seeds=2, root=tmp_path)
+    sweep = P.plan("table3_e", seeds=2, root=tmp_path)
     finished, killed, failed = sweep.jobs[0], sweep.jobs[1], sweep.jobs[2]
     fake_results(finished.dir)
     killed.dir.mkdir(parents=True)
@@ -199,16 +200,16 @@ def test_resume_skips_finished_jobs_and_reruns_unfinished_ones(tmp_path, monkeyp
     launched = []
 
     def fake_multirun(cmd, **kwargs):  # a launcher whose jobs all finish
-        names = next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        names = next(a for a in cmd if a.startswith(f"+{L.JOB_GROUP}=")).split("=", 1)[1].split(",")
         launched.extend(names)
         for name in names:
-            assert (sweep.dir / ".jobs" / S.JOB_GROUP / f"{name}.yaml").is_file()
+            assert (sweep.dir / ".jobs" / L.JOB_GROUP / f"{name}.yaml").is_file()
             assert not (sweep.dir / name).exists()  # unfinished output was set aside before the rerun
             fake_results(sweep.dir / name)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
-    assert S.run(sweep) == 0
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    assert L.run(sweep) == 0
     assert launched == [j.name for j in sweep.jobs[1:]]
     assert all(is_complete(j.dir) for j in sweep.jobs)
     kept = sorted(p.name.rsplit(".", 1)[0] for p in (sweep.dir / ".incomplete").iterdir())
@@ -216,32 +217,32 @@ def test_resume_skips_finished_jobs_and_reruns_unfinished_ones(tmp_path, monkeyp
     assert "3 done, 1 skipped (already complete), 0 failed" in capsys.readouterr().out
 
     launched.clear()
-    assert S.run(sweep) == 0 and launched == []  # the same command again: nothing left to run
+    assert L.run(sweep) == 0 and launched == []  # the same command again: nothing left to run
     assert "nothing to run" in capsys.readouterr().out
 
 
 def test_only_runs_the_matching_jobs_and_the_full_command_the_rest(tmp_path, monkeypatch, capsys):
-    full = S.plan("table3_e", seeds=2, root=tmp_path)
-    sweep = S.plan("table3_e", seeds=2, root=tmp_path, only=["*-s2"])
+    full = P.plan("table3_e", seeds=2, root=tmp_path)
+    sweep = P.plan("table3_e", seeds=2, root=tmp_path, only=["*-s2"])
     assert [j.name for j in sweep.jobs] == [j.name for j in full.jobs]  # same names and dirs as the full sweep
     second = [j.name for j in full.jobs if j.seed == 2]
-    assert S.run(sweep, dry=True) == 0
+    assert L.run(sweep, dry=True) == 0
     listed = [line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert [name for state, name in listed if state == "later"] == [j.name for j in full.jobs if j.seed == 1]
     launched = []
 
     def fake_multirun(cmd, **kwargs):
-        names = next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        names = next(a for a in cmd if a.startswith(f"+{L.JOB_GROUP}=")).split("=", 1)[1].split(",")
         launched.append(names)
         for name in names:
             fake_results(sweep.dir / name)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
-    assert S.run(sweep) == 0 and launched == [second]
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    assert L.run(sweep) == 0 and launched == [second]
     assert f"({len(second)} more left out by --only)" in capsys.readouterr().out
-    assert S.run(sweep) == 0 and len(launched) == 1  # every selected job is complete: nothing runs
-    assert S.run(S.plan("table3_e", seeds=2, root=tmp_path)) == 0
+    assert L.run(sweep) == 0 and len(launched) == 1  # every selected job is complete: nothing runs
+    assert L.run(P.plan("table3_e", seeds=2, root=tmp_path)) == 0
     assert launched[1] == [j.name for j in full.jobs if j.seed == 1]  # the full command runs only the rest
 
 
@@ -252,7 +253,7 @@ def test_only_matching_no_job_stops_with_one_line(tmp_path, capsys, no_launch):
 
 
 def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
-    sweep = S.plan("table3_e", seeds=2, root=tmp_path)
+    sweep = P.plan("table3_e", seeds=2, root=tmp_path)
 
     def fake_multirun(cmd, **kwargs):
         fake_results(sweep.jobs[0].dir)
@@ -264,19 +265,19 @@ def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
         fake_results(sweep.jobs[3].dir)
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
-    assert S.run(sweep) == 1
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    assert L.run(sweep) == 1
     out = capsys.readouterr().out
     assert "2 done, 0 skipped (already complete), 2 failed" in out
     assert f"failed {sweep.jobs[1].name}: DataError: bad file (log: /x/train.log)" in out
     assert f"failed {sweep.jobs[2].name}: no results.json: killed or crashed (log: {sweep.jobs[2].dir}/train.log)" in out
 
 
-TINY = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300",
-        "data.max_tokens=1024", "trainer.max_steps=10", "module.warmup_steps=4", "logger.wandb.mode=offline"]
+TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 
 
-@needs_data  # about 15 s on an idle 2-core CPU (over a minute on a busy one)
+@pytest.mark.slow
+@needs_data
 def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
     from headsweep.experiments.report import write_report
@@ -300,10 +301,11 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     assert "| h4-dk8-dv8-pos-sinusoidal (base) |" in (tmp_path / "reports" / "table3_e.md").read_text()
 
-    monkeypatch.setattr(S.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
+    monkeypatch.setattr(L.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
     assert S.main(args) == 0 and "nothing to run" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # two Hydra jobs in a subprocess
 @needs_data
 def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
     """The real multirun, Hydra's basic launcher: both jobs fail on their data (data.max_len), fast; the
@@ -327,12 +329,12 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
 
 
 def test_jobs_share_the_cores(tmp_path):
-    sweep = S.plan("table3_e", seeds=1, root=tmp_path, jobs=2, cores=2)
+    sweep = P.plan("table3_e", seeds=1, root=tmp_path, jobs=2, cores=2)
     assert {"hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1"} <= set(sweep.common)
     assert sweep.threads == 1
     cfg = compose([*sweep.common, *sweep.jobs[0].overrides])
     assert cfg.threads == 1
-    assert S.plan("table3_e", seeds=1, root=tmp_path, jobs=1, cores=2).threads is None
+    assert P.plan("table3_e", seeds=1, root=tmp_path, jobs=1, cores=2).threads is None
 
 
 @pytest.mark.parametrize("jobs, launcher, message", [
@@ -342,7 +344,7 @@ def test_jobs_share_the_cores(tmp_path):
 ])
 def test_bad_jobs_stop_before_any_job(tmp_path, jobs, launcher, message):
     with pytest.raises(S.SweepError, match=re.escape(message)):
-        S.plan("table3_e", seeds=1, root=tmp_path, jobs=jobs, cores=2, launcher=launcher)
+        P.plan("table3_e", seeds=1, root=tmp_path, jobs=jobs, cores=2, launcher=launcher)
 
 
 def test_cells_with_unequal_steps_are_refused(tmp_path, capsys, no_launch):
@@ -351,7 +353,7 @@ def test_cells_with_unequal_steps_are_refused(tmp_path, capsys, no_launch):
     assert "the cells would train for unequal or unlimited steps" in capsys.readouterr().err
 
 
-def finished_export(sweep: S.Sweep, job: S.Job, **changes) -> None:
+def finished_export(sweep: Sweep, job: Job, **changes) -> None:
     """A complete results/ entry for `job`, trained with the job's own settings unless `changes` says."""
     from omegaconf import OmegaConf
 
@@ -366,37 +368,37 @@ def finished_export(sweep: S.Sweep, job: S.Job, **changes) -> None:
 
 def test_results_folder_counts_as_done_and_must_match(tmp_path, capsys, no_launch):
     results = tmp_path / "results"
-    sweep = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     finished_export(sweep, sweep.jobs[0])
-    again = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    again = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     assert [j.done for j in again.jobs] == [True, False]
     finished_export(sweep, sweep.jobs[1], **{"trainer.max_steps": 123})
     with pytest.raises(S.SweepError, match=r"holds a run with other settings than job h8-dk32-dv32-pos-learned-s1 "
                                            r"\(1 differ, e.g. trainer.max_steps: 123 there, 2100 here\)"):
-        S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+        P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
 
 
 def test_killed_job_with_a_checkpoint_resumes_in_place(tmp_path, monkeypatch, capsys):
-    sweep = S.plan("table3_e", seeds=1, root=tmp_path, jobs=1)
+    sweep = P.plan("table3_e", seeds=1, root=tmp_path, jobs=1)
     killed = sweep.jobs[0]
     (killed.dir / "checkpoints").mkdir(parents=True)
     (killed.dir / "checkpoints" / "last.ckpt").write_bytes(b"")
-    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
-    S.run(sweep)
+    monkeypatch.setattr(L.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    L.run(sweep)
     assert (killed.dir / "checkpoints" / "last.ckpt").is_file() and not (tmp_path / "table3_e" / ".incomplete").exists()
     assert f"{killed.name}: resumes from {killed.dir / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().out
 
 
 def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch, capsys):
-    sweep = S.plan("table3_e", seeds=1, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
+    sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
     job = sweep.jobs[0]
     fake_results(job.dir)
     (job.dir / "hypotheses").mkdir()
     (job.dir / "hypotheses" / "test.greedy.en").write_text("a\n")
     (job.dir / "checkpoints").mkdir()
     (job.dir / "checkpoints" / "last.ckpt").write_bytes(b"big")
-    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
-    S.run(sweep)
+    monkeypatch.setattr(L.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    L.run(sweep)
     assert is_complete(job.export) and (job.export / "hypotheses" / "test.greedy.en").read_text() == "a\n"
     assert not (job.export / "checkpoints").exists()
     assert json.loads((job.export / "results.json").read_text())["exported_from"] == str(job.dir)
@@ -412,47 +414,47 @@ def test_local_jobs_are_the_wandb_grid(path, tmp_path):
     names = list(params)
     grid = {tuple(sorted(zip(names, combo))) for combo in itertools.product(
         *[p["values"] if "values" in p else [p["value"]] for p in params.values()])}
-    sweep = S.plan(path.stem, seeds=None, root=tmp_path)
+    sweep = P.plan(path.stem, seeds=None, root=tmp_path)
     ours = set()
     for job in sweep.jobs:
         given = dict(o.split("=", 1) for o in [*sweep.common, *job.overrides] if o.split("=", 1)[0] in params)
         ours.add(tuple(sorted((k, v if v.startswith("{") else yaml.safe_load(v)) for k, v in given.items())))
     assert ours == grid and len(sweep.jobs) == len(grid)
-    assert len(S.plan(path.stem, seeds=1, root=tmp_path).jobs) == len(grid) // 3  # SEEDS=1 overrides
+    assert len(P.plan(path.stem, seeds=1, root=tmp_path).jobs) == len(grid) // 3  # SEEDS=1 overrides
 
 
 def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkeypatch, capsys):
     """Table 3's base row is one experiment in rows A and B: h8 of table3_a (d_k = d_v = d_model/h = 32
     by default) is table3_b's base (d_k = d_v = 32 set), seed for seed."""
     results = tmp_path / "results"
-    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    a = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     finished_export(a, a.jobs[0])
     (a.jobs[0].export / "metrics.csv").write_text("step,val/bleu\n1150,30.0\n")
     finished_export(a, a.jobs[1])  # h1: like no job of table3_b
-    b = S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1)
+    b = P.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1)
     assert [j.same_as for j in b.jobs] == [a.jobs[0].export, None, None, None, None, None]  # seed 2: not run
-    other_steps = S.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
+    other_steps = P.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
     assert other_steps.jobs[0].same_as is None
     # heads_specialise's h8, head dropout 0 trains the same model but is analysed after training: not a copy
-    assert S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].same_as is None
-    assert S.run(b, dry=True) == 0
+    assert P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].same_as is None
+    assert L.run(b, dry=True) == 0
     dry = capsys.readouterr().out
     assert f"copy    {b.jobs[0].name}" in dry and f"+sweep_job={b.jobs[1].name}," in dry
-    monkeypatch.setattr(S.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
-    S.run(b)
+    monkeypatch.setattr(L.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
+    L.run(b)
     copied = json.loads((b.jobs[0].export / "results.json").read_text())
     assert copied["status"] == "complete" and copied["config"]["sweep"] == "table3_b"
     assert "row-B" in copied["config"]["tags"] and "base" in copied["config"]["tags"]
     assert copied["shared_from"]["run"] == f"table3_a/{a.jobs[0].name}" and copied["shared_from"]["sweep"] == "table3_a"
     assert (b.jobs[0].export / "metrics.csv").read_text() == "step,val/bleu\n1150,30.0\n"
-    assert not any(j.same_as for j in S.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1).jobs)
+    assert not any(j.same_as for j in P.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1).jobs)
 
 
 def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, monkeypatch, capsys):
     """heads_specialise's head dropout 0 is table3_a's h8 model (same settings and seed) plus the analysis:
     while that run's checkpoint is on disk the job analyses a copy of the run instead of training it."""
     results = tmp_path / "results"
-    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    a = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     h8 = a.jobs[0]
     finished_export(a, h8)
     for sub in ("checkpoints", "hypotheses", "wandb"):  # the run directory as training left it
@@ -466,24 +468,24 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
 
     ckpt = h8.dir / "checkpoints" / "last.ckpt"
     ckpt.rename(ckpt.with_suffix(".away"))  # no checkpoint here (results/ cloned on another machine): it trains
-    assert S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].trained_as is None
+    assert P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].trained_as is None
     ckpt.with_suffix(".away").rename(ckpt)
-    hs = S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    hs = P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     job = hs.jobs[0]
     assert [j.trained_as for j in hs.jobs] == [h8.export, None, None] and job.same_as is None
-    assert S.run(hs, dry=True) == 0
+    assert L.run(hs, dry=True) == 0
     assert f"reuse   {job.name}" in capsys.readouterr().out and not job.dir.exists()
     launched = []
 
     def fake_multirun(cmd, **kwargs):  # train finds the adopted run complete and only analyses it
-        launched.extend(next(a for a in cmd if a.startswith(f"+{S.JOB_GROUP}=")).split("=", 1)[1].split(","))
+        launched.extend(next(a for a in cmd if a.startswith(f"+{L.JOB_GROUP}=")).split("=", 1)[1].split(","))
         assert is_complete(job.dir) and not job.done  # trained, not yet analysed: not done
         (job.dir / "analysis").mkdir()
         (job.dir / "analysis" / "analysis.json").write_text("{}")
         return subprocess.CompletedProcess(cmd, 1)  # the other two jobs "fail"
 
-    monkeypatch.setattr(S.subprocess, "run", fake_multirun)
-    assert S.run(hs) == 1
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    assert L.run(hs) == 1
     assert launched == [j.name for j in hs.jobs]  # the adopted job still runs: its analysis is the work
     adopted = json.loads((job.dir / "results.json").read_text())
     assert adopted["run_name"] == job.name and adopted["config"]["sweep"] == "heads_specialise"
@@ -493,60 +495,64 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
     assert (job.dir / "checkpoints" / "last.ckpt").stat().st_ino == (h8.dir / "checkpoints" / "last.ckpt").stat().st_ino
     assert not (job.dir / "wandb").exists() and (job.dir / "hypotheses" / "test.greedy.en").read_text() == "a\n"
     assert json.loads((h8.dir / "results.json").read_text())["config"]["sweep"] == "table3_a"  # the source untouched
-    again = S.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # export matches
+    again = P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # export matches
     assert [j.done for j in again.jobs] == [True, False, False] and is_complete(job.export)
 
 
-def test_shipped_reference_results_match_their_sweeps(tmp_path):
-    """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep> BUDGET=ablation` plans (the
-    same settings and seed), so resuming the reference sweeps never mixes configs."""
-    shipped = Path(__file__).resolve().parents[1] / "results"
-    sweeps = sorted(d.name for d in shipped.iterdir() if (S.SWEEPS_DIR / f"{d.name}.yaml").is_file()) \
-        if shipped.is_dir() else []
+def test_shipped_reference_results_are_done_under_their_budget(tmp_path):
+    """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep>` plans under its default budget
+    (ablation), the same settings and seed, and counts as done: resuming a reference sweep never mixes
+    configs, and `make sweep SWEEP=table3_a DRY=1` lists its 18 jobs done."""
+    shipped = SWEEPS_DIR.parent / "results"
+    sweeps = sorted(d.name for d in shipped.iterdir() if (SWEEPS_DIR / f"{d.name}.yaml").is_file())
+    assert {"table3_a", "table3_b", "heads_specialise"} <= set(sweeps)
     for name in sweeps:
-        plan = S.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped)
-        names = {j.name for j in plan.jobs}
-        assert {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")} <= names
+        sweep = P.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped)
+        on_disk = {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")}
+        assert on_disk <= {j.name for j in sweep.jobs}, name
+        assert {j.name for j in sweep.jobs if j.done} == on_disk, name
+    table3_a = P.plan("table3_a", seeds=None, budget="ablation", root=tmp_path, results=shipped)
+    assert len(table3_a.jobs) == 18 and all(j.done for j in table3_a.jobs)
 
 
 def test_a_sweep_keeps_the_precision_its_finished_jobs_ran_with(tmp_path, monkeypatch):
     """Precision is machine-dependent (${auto_precision:}); a sweep's finished jobs fix it for the rest,
     and every way of mixing precisions stops the plan with one line."""
     results = tmp_path / "results"
-    a = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1, extra=["trainer.precision=32-true"])
+    a = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1, extra=["trainer.precision=32-true"])
     finished_export(a, a.jobs[0])
-    again = S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # no override: adopts it
+    again = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)  # no override: adopts it
     assert "trainer.precision=32-true" in again.common and again.jobs[0].done
     with pytest.raises(S.SweepError, match=r"ran trainer.precision=32-true .* asks for trainer.precision=bf16-mixed"):
-        S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+        P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
     # a job of another precision is not the same experiment: table3_b's base is not copied from it
-    b = S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+    b = P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
     assert b.jobs[0].same_as is None
     finished_export(a, a.jobs[1], **{"trainer.precision": "bf16-mixed"})  # a second precision in one sweep
     with pytest.raises(S.SweepError, match=r"mixes trainer.precision \(h1-dk256-dv256-s1 bf16-mixed, h8-dk32-dv32-s1 32-true"):
-        S.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
+        P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
 
 
 def test_a_bf16_sweep_stops_on_a_cpu_without_bf16_units(tmp_path, monkeypatch):
     results = tmp_path / "results"
-    a = S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
+    a = P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
     finished_export(a, a.jobs[0])
     monkeypatch.setattr("headsweep.experiments.sweep_settings.cpu_has_bf16", lambda: False)
     with pytest.raises(S.SweepError, match="no bf16 matmul units"):
-        S.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results)
+        P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results)
 
 
 def test_cells_in_different_precisions_are_refused(tmp_path):
     specs = write_spec(tmp_path, {"trainer.precision": {"values": ["32-true", "bf16-mixed"]}})
     with pytest.raises(S.SweepError, match="different trainer.precision"):
-        S.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
+        P.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
     specs = write_spec(tmp_path, {"trainer": {"values": ["cpu", "gpu"]}})
     with pytest.raises(S.SweepError, match="different trainer.accelerator"):
-        S.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
+        P.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
 
 
 def test_each_width_gets_its_scaled_learning_rate_as_a_plain_value(tmp_path):
-    sweep = S.plan("heads_by_width", seeds=1, root=tmp_path)
+    sweep = P.plan("heads_by_width", seeds=1, root=tmp_path)
     lr = {j.name.split("-")[3]: dict(o.split("=", 1) for o in j.overrides)["module.peak_lr"] for j in sweep.jobs}
     assert {k: float(v) for k, v in lr.items()} == pytest.approx({"dm128": 2e-3 * 2**0.5, "dm512": 2e-3 / 2**0.5})
     cfg = compose([*sweep.common, *sweep.jobs[0].overrides])

@@ -41,6 +41,12 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("width_scaled_lr", width_scaled_lr, replace=True)
 
 
+def option(group: str, name: str = "default") -> dict:
+    """One option file of a config group as plain values, e.g. option("analysis"): conf/analysis/default.yaml,
+    for a command line that is not Hydra's to take its defaults from (make analyze)."""
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"), resolve=True)
+
+
 def compose(overrides: list[str] = ()):
     """The `train` config with these command-line overrides, as Hydra composes it."""
     register_resolvers()

@@ -20,33 +20,36 @@ from omegaconf import DictConfig, OmegaConf
 from headsweep.config import register_resolvers
 from headsweep.data import DataError
 from headsweep.analysis.analyze import analyze, summary
+from headsweep.analysis.importance import AnalysisError
+from headsweep.analysis.settings import AnalysisSettings
 from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
 from headsweep.training.train import train
 
-log = logging.getLogger("headsweep.train")
+log = logging.getLogger("headsweep.train")  # its module name even when run as __main__
 register_resolvers()
 
 
 def run(cfg: DictConfig) -> dict:
     """Train (or find the finished run), then analyse and export it."""
+    # the analysis settings are checked before anything is read or trained, like every other config value
+    settings = AnalysisSettings(**OmegaConf.to_container(cfg.analysis, resolve=True)) if cfg.get("analysis") else None
     metrics = train(cfg)
     out_dir = Path(cfg.paths.output_dir)
     if rank_zero_only.rank != 0 or not is_complete(out_dir):  # rank 0 alone writes the run's files
         return metrics
-    if cfg.get("analysis") and not (out_dir / "analysis" / "analysis.json").is_file():
-        analyze_after_training(out_dir, OmegaConf.to_container(cfg.analysis, resolve=True),
-                               cfg.logger.get("wandb", {}).get("mode"))
+    if settings and not (out_dir / "analysis" / "analysis.json").is_file():
+        analyze_after_training(out_dir, settings, cfg.logger.get("wandb", {}).get("mode"))
     if cfg.get("export_dir"):
         print(f"  exported to {export_run(out_dir, cfg.export_dir)}", flush=True)
     return metrics
 
 
-def analyze_after_training(run_dir: Path, settings: dict, wandb_mode: str | None) -> None:
+def analyze_after_training(run_dir: Path, settings: AnalysisSettings, wandb_mode: str | None) -> None:
     """Head importance, pruning and roles of the finished run into <run>/analysis/. It runs after
     results.json is written: a failure here is logged and never costs the run."""
     try:
-        analysis, out = analyze(run_dir, wandb_mode=wandb_mode, **settings)
+        analysis, out = analyze(run_dir, settings, wandb_mode=wandb_mode)
     except Exception:
         log.exception("head analysis failed; the run itself is complete. Retry: make analyze CKPT=%s", run_dir)
         return
@@ -62,7 +65,7 @@ def main(cfg: DictConfig) -> float | None:
         # retries the job) naming the error, and the traceback in the job's log file.
         hc, out_dir = HydraConfig.get(), Path(cfg.paths.output_dir)
         log_file = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
-        expected = isinstance(e, (ConfigError, DataError))
+        expected = isinstance(e, (ConfigError, DataError, AnalysisError))
         log.error("%s", e, exc_info=not expected)
         out_dir.mkdir(parents=True, exist_ok=True)
         if rank_zero_only.rank == 0 and not is_complete(out_dir):  # a finished run's results are never overwritten

@@ -38,7 +38,7 @@ from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RunError, load_run, read_results
 from headsweep.training.train import train
 
-log = logging.getLogger("headsweep.prune")
+log = logging.getLogger(__name__)
 DEFAULTS = dict(lambdas=(0.0, 0.01, 0.03, 0.1), steps=300, peak_lr=5e-4, gate_lr=0.05, max_sentences=0)
 
 

@@ -1,5 +1,6 @@
-"""The Lightning data module: loads and validates every split (local files or the Hugging Face hub),
-trains or reuses the cached joint tokenizer, and serves token-budget batches."""
+"""The Lightning data module: loads and validates every split (local files, or the Hugging Face hub, where
+source=local falls back to when its folder is missing and the config names the same corpus there), trains
+or reuses the cached joint tokenizer, and serves token-budget batches."""
 
 from __future__ import annotations
 
@@ -13,18 +14,23 @@ import pytorch_lightning as pl
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
+from headsweep.data import hub
 from headsweep.data.batching import PairDataset, TokenBatchSampler, collate
 from headsweep.data.files import DATA_ENV, DataError, atomic_write, clean_pairs, read_lines, split_files
 from headsweep.data.tokenizer import (BOS_ID, EOS_ID, PAD_ID, TOKENIZER_RECIPE, TOKENIZERS, UNK_ID, decode,
                                       load_tokenizer, train_tokenizer)
 
-log = logging.getLogger("headsweep.data")
+log = logging.getLogger(__name__)
 
 DEFAULT_DIR = "../shared/data/multi30k"
 SOURCES = ("local", "hub")
 
 
 class TranslationDataModule(pl.LightningDataModule):
+    """The arguments are conf/data/'s keys, with its defaults, but for hub_fallback: where the local corpus
+    is on the hub, {"name": ..., "splits": {our split: theirs}}, loaded when source=local and `dir` does not
+    exist. None here, so that code alone never reaches for the network; conf/data/multi30k.yaml sets it."""
+
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
     def __init__(
@@ -34,6 +40,7 @@ class TranslationDataModule(pl.LightningDataModule):
         hub_name: str | None = None,
         hub_config: str | None = None,
         hub_columns: dict | None = None,
+        hub_fallback: dict | None = None,
         src_lang: str = "de",
         tgt_lang: str = "en",
         train_split: str = "train",
@@ -42,7 +49,7 @@ class TranslationDataModule(pl.LightningDataModule):
         tokenizer: str = "bpe",
         vocab_size: int = 8000,
         cache_dir: str = ".cache/headsweep",
-        max_tokens: int = 4096,
+        max_tokens: int = 2048,
         eval_max_tokens: int | None = None,
         max_len: int = 128,
         limit_train: int | None = None,
@@ -65,6 +72,8 @@ class TranslationDataModule(pl.LightningDataModule):
         if set(cols) != {"src", "tgt"}:
             raise DataError(f"data.hub_columns must have exactly the keys src and tgt, got {sorted(cols)}")
         self.hub_columns = cols
+        self.hub_fallback = dict(hub_fallback) if hub_fallback else None
+        self.loaded_from: str | None = None  # local or hub, once setup() has chosen
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.train_split, self.val_split, self.test_split = train_split, val_split, test_split
         self.tokenizer_type = tokenizer
@@ -103,41 +112,49 @@ class TranslationDataModule(pl.LightningDataModule):
             raise DataError(f"line counts differ: {sf} has {len(src)} lines but {tf} has {len(tgt)} lines")
         return clean_pairs(src, tgt, f"{sf} / {tf}")
 
+    def _choose_source(self) -> str:
+        """local or hub: source=local takes the hub's copy (hub_fallback) when `dir` does not exist."""
+        if self.source == "hub":
+            return "hub"
+        d = Path(self.dir).absolute()
+        if d.is_dir():
+            log.info("data: local files in %s", d)
+            return "local"
+        if not self.hub_fallback:
+            self._check_dir()  # raises: the folder and how to point elsewhere
+        name = self.hub_fallback["name"]
+        if reason := hub.hub_unreachable():
+            raise DataError(f"no data directory at {d}, and its copy on the Hugging Face hub ({name}) is out of "
+                            f"reach ({reason}): put the files there (or point data.dir=PATH or {DATA_ENV}=PATH at "
+                            "them), or run where huggingface.co can be reached")
+        log.warning("data: %s not found; the same corpus from the Hugging Face hub instead (%s)", d, name)
+        return "hub"
+
     def _load_hub(self, split: str) -> tuple[list[str], list[str]]:
-        what = f"hub dataset '{self.hub_name}'" + (f" (config {self.hub_config})" if self.hub_config else "")
+        """A split from the hub: the configured dataset (source=hub), or the local corpus's copy there."""
         try:
-            ds = datasets.load_dataset(self.hub_name, self.hub_config, split=split)
-        except Exception as e:  # network, unknown name/split, ...: all become one actionable line
-            reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-            raise DataError(
-                f"could not load {what} split '{split}': {type(e).__name__}: {reason}; "
-                f"use data.source=local data.dir=PATH for local files"
-            ) from None
-        # flatten() turns nested fields into dotted column names ('translation.de'),
-        # so the dotted paths in hub_columns can be read column-wise (fast) instead of per row.
-        flat = ds.flatten()
-        out = []
-        for side in ("src", "tgt"):
-            col = self.hub_columns[side]
-            if col not in flat.column_names:
-                raise DataError(
-                    f"{what} split '{split}' has no column '{col}' (data.hub_columns.{side}); "
-                    f"available: {', '.join(flat.column_names)}"
-                )
-            out.append([x if isinstance(x, str) else "" for x in flat[col]])
-        return clean_pairs(out[0], out[1], f"{what} split '{split}'")
+            if self.source == "hub":
+                return hub.load_hub_pairs(self.hub_name, self.hub_config, split, self.hub_columns)
+            fb = self.hub_fallback
+            theirs = fb.get("splits", {}).get(split, split)
+            return hub.load_hub_pairs(fb["name"], fb.get("config"), theirs, {"src": self.src_lang, "tgt": self.tgt_lang})
+        except DataError as e:
+            fix = ("use data.source=local data.dir=PATH for local files" if self.source == "hub" else
+                   f"or put the files in {Path(self.dir).absolute()} (or point data.dir=PATH or {DATA_ENV}=PATH at them)")
+            raise DataError(f"{e}; {fix}") from None
 
     # -- tokenizer ------------------------------------------------------------------------
 
     def _tokenizer_key(self) -> str:
         h = hashlib.sha256()
-        if self.source == "local":
+        if self.loaded_from == "local":
             # Content hash, not path/mtime: copies of the same data share one cache entry and
             # an edited file invalidates it.
             for lang in (self.src_lang, self.tgt_lang):
                 h.update(split_files(self.dir, self.train_split, lang).read_bytes())
         else:
-            h.update(repr((self.hub_name, self.hub_config, self.train_split, sorted(self.hub_columns.items()))).encode())
+            h.update(repr((self.hub_name, self.hub_config, self.train_split, sorted(self.hub_columns.items()))
+                          if self.source == "hub" else (self.hub_fallback["name"], self.train_split)).encode())
         h.update(
             repr(
                 (self.src_lang, self.tgt_lang, self.tokenizer_type, self.vocab_size, self.limit_train, TOKENIZER_RECIPE)
@@ -167,7 +184,11 @@ class TranslationDataModule(pl.LightningDataModule):
         if self.tokenizer is not None:  # idempotent: Lightning calls setup once per stage
             return
         # Load and validate every split first, so bad data fails before minutes of training.
-        load = self.load_local if self.source == "local" else self._load_hub
+        self.loaded_from = self._choose_source()
+        if self.source == "hub" and (reason := hub.hub_unreachable()):
+            raise DataError(f"could not load hub dataset '{self.hub_name}': {reason}; "
+                            "use data.source=local data.dir=PATH for local files")
+        load = self.load_local if self.loaded_from == "local" else self._load_hub
         for split in dict.fromkeys((self.train_split, self.val_split, self.test_split)):
             src, tgt = load(split)
             limit = self.limit_train if split == self.train_split else self.limit_eval
@@ -195,6 +216,17 @@ class TranslationDataModule(pl.LightningDataModule):
             s_ids, t_ids, index = [s_ids[i] for i in keep], [t_ids[i] for i in keep], keep
         return PairDataset(s_ids, t_ids, index)
 
+    def check_fits(self, split: str, max_len: int) -> None:
+        """Every pair of an evaluation split fits the model's max_len positions (with BOS/EOS). Evaluation
+        scores every pair, so the longest one is checked before training rather than crashing mid-run."""
+        self._need_split(split)
+        data = self._data[split]
+        lengths = [max(len(s), len(t)) + 1 for s, t in zip(data.src, data.tgt)]
+        i = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[i] > max_len:
+            raise DataError(f"split '{split}': pair {data.index[i] + 1} is {lengths[i]} subwords long with BOS/EOS, "
+                            f"longer than model.max_len={max_len}; evaluation scores every pair: raise model.max_len")
+
     @property
     def vocab_size_actual(self) -> int:
         return self._need_tokenizer().get_vocab_size()
@@ -216,7 +248,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def split_path(self, split: str) -> str | None:
         """The target-side file of a local split (what references are read from); None for hub data."""
-        if self.source != "local":
+        if self.loaded_from != "local":
             return None
         return str(split_files(self._check_dir(), split, self.tgt_lang))
 
@@ -237,7 +269,7 @@ class TranslationDataModule(pl.LightningDataModule):
         try:
             self.texts(split)
         except DataError:
-            if self.source != "local":
+            if self.loaded_from != "local":
                 raise
             self.add_split(split, *self.load_local(split))  # one clear error naming a missing file
 

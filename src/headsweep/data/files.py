@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-log = logging.getLogger("headsweep.data")
+log = logging.getLogger(__name__)
 
 DATA_ENV = "HEADSWEEP_DATA"  # conf/data/multi30k.yaml reads the data directory from it when set
 

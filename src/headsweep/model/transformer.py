@@ -36,7 +36,7 @@ class TransformerConfig:
     concrete_gates: bool = False  # a learned hard-concrete gate per head (L0 pruning, Voita et al. 2019)
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_len: int = 512  # longest sequence with a learned position
+    max_len: int = 256  # longest sequence the model has positions for
     tie_embeddings: bool = True  # one joint source/target embedding, also the output projection
     pad_id: int = 0
     impl: str = "fused"  # attention layout: "fused" or "per_head"

@@ -18,7 +18,7 @@ import torch
 from headsweep.training.runs import RunError, write_lines
 from headsweep.training.translate import corpus_scores, translate_batches
 
-log = logging.getLogger("headsweep.averaging")
+log = logging.getLogger(__name__)
 AVERAGED = "averaged.ckpt"
 _STEP = re.compile(r"step(\d+)")
 

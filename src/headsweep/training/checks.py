@@ -11,8 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.model import Transformer, TransformerConfig, head_sizes
 from headsweep.model.transformer import FIXED_KINDS
+from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
-from headsweep.training.schedules import SCHEDULES
 
 
 class ConfigError(ValueError):
@@ -52,6 +52,14 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigError(f"init_from: {e}") from None
         check_heads(model, ckpt, f"init_from={cfg.init_from} was trained with",
                     "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)")
+    m = cfg.module
+    try:
+        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.data.max_len > model["max_len"]:
+        raise ConfigError(f"data.max_len={cfg.data.max_len} is longer than model.max_len={model['max_len']}, the "
+                          "longest sequence the model has positions for: lower data.max_len or raise model.max_len")
     if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
         raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
                           "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
@@ -104,9 +112,7 @@ def check_budget(cfg: DictConfig) -> None:
         raise ConfigError(f"module.warmup_steps must be >= 1, got {m.warmup_steps}")
     max_steps = t.max_steps if t.max_steps and t.max_steps > 0 else None
     max_time = max_time_seconds(t.get("max_time"))
-    schedule = m.get("schedule", "linear")
-    if schedule not in SCHEDULES:
-        raise ConfigError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    schedule = m.get("schedule", "linear")  # one of SCHEDULES: check_settings has run
     if schedule != "inverse_sqrt" and max_steps is None and max_time is None:
         raise ConfigError(f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
                           "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt")

@@ -15,13 +15,41 @@ from headsweep.training.schedules import SCHEDULES, budget_progress, lr_factor
 from headsweep.training.translate import corpus_scores, translate
 
 
+def check_settings(label_smoothing: float, schedule: str, decay_fraction: float, eval_every: int, l0_lambda: float,
+                   gate_lr: float) -> None:
+    """The module's settings that cannot work, as one line naming the key (checks.check_config calls it
+    before any data is read)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if not 0.0 < decay_fraction <= 1.0:
+        raise ValueError(f"module.decay_fraction={decay_fraction} is the share of the budget wsd decays over: "
+                         "use a value in (0, 1], e.g. 0.25")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"module.label_smoothing={label_smoothing} must be in [0, 1), e.g. 0.1 (the paper's)")
+    if not isinstance(eval_every, int) or eval_every < 1:
+        raise ValueError(f"module.eval_every={eval_every}: greedy val BLEU runs at every N-th validation; use N >= 1")
+    if l0_lambda < 0 or gate_lr <= 0:
+        raise ValueError(f"module.l0_lambda must be >= 0 and module.gate_lr > 0, got {l0_lambda}, {gate_lr}")
+
+
+def train_time(trainer: pl.Trainer) -> tuple[float | None, float | None]:
+    """(seconds trained so far, the time cap in seconds) from Lightning's Timer, which trainer.max_time
+    adds; (None, None) without a time cap."""
+    timer = next((cb for cb in trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
+    if timer is None:
+        return None, None
+    elapsed = timer.time_elapsed("train")
+    return elapsed, elapsed + timer.time_remaining("train")
+
+
 class TranslationModule(pl.LightningModule):
     """Trains `Transformer` with label-smoothed cross-entropy and Adam: linear warm-up to `peak_lr`, then
-    `schedule` (headsweep.schedules: linear or cosine decay to zero at the end of the budget, or the
-    paper's inverse square root).
+    `schedule` (headsweep.training.schedules: linear, cosine or wsd decay to zero at the end of the budget,
+    or the paper's inverse square root).
 
-    peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak; a number sets
-    the peak directly.
+    The defaults are conf/module/translation.yaml's for the default model (tests/test_train.py holds them
+    equal); conf also scales peak_lr with the width (d_model^-0.5, 2e-3 at d_model 256), which a number
+    given here does not. peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak.
 
     With model.concrete_gates the loss adds l0_lambda * the expected number of open head gates (Voita
     et al. 2019), the gates' log alpha learn at gate_lr (same schedule), and each layer's open-gate count
@@ -37,14 +65,14 @@ class TranslationModule(pl.LightningModule):
         bos_id: int = 1,
         eos_id: int = 2,
         label_smoothing: float = 0.1,
-        peak_lr: float | None = 1e-3,
-        warmup_steps: int = 1000,
+        peak_lr: float | None = 2e-3,
+        warmup_steps: int = 300,
         schedule: str = "linear",
         decay_fraction: float = 0.25,
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         weight_decay: float = 0.0,
-        eval_every: int = 1,
+        eval_every: int = 3,
         max_len_extra: int = 50,
         test_beam_size: int = 4,
         length_penalty: float = 0.6,
@@ -52,10 +80,7 @@ class TranslationModule(pl.LightningModule):
         gate_lr: float = 0.05,
     ):
         super().__init__()
-        if schedule not in SCHEDULES:
-            raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
-        if l0_lambda < 0 or gate_lr <= 0:
-            raise ValueError(f"module.l0_lambda must be >= 0 and module.gate_lr > 0, got {l0_lambda}, {gate_lr}")
+        check_settings(label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr)
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
@@ -118,12 +143,11 @@ class TranslationModule(pl.LightningModule):
 
     def budget_spent(self, done: int) -> float:
         """The share of the training budget spent after `done` steps, in [0, 1]: the larger of the step and
-        the time fraction (what the schedule decays by)."""
+        the time fraction (what the schedule decays by). The time share depends on the machine, so under a
+        time cap one seed can follow another schedule on a slower CPU."""
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
-        timer = next((cb for cb in self.trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
-        elapsed = timer.time_elapsed("train") if timer else 0.0
-        max_time = elapsed + timer.time_remaining("train") if timer else None
-        return budget_progress(done, max_steps, elapsed, max_time)
+        elapsed, max_time = train_time(self.trainer)
+        return budget_progress(done, max_steps, elapsed or 0.0, max_time)
 
     # ----- evaluation -----
     def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,

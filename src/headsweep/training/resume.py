@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import netrc
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -31,10 +30,11 @@ import yaml
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from wandb.sdk.lib.runid import generate_id  # W&B's own id format
 
+from headsweep.data.hub import unreachable
 from headsweep.model import TransformerConfig
 from headsweep.training.runs import RESULTS, is_complete
 
-log = logging.getLogger("headsweep.resume")
+log = logging.getLogger(__name__)
 
 WANDB_ID_FILE = "wandb_id"
 CSV_BEFORE = "metrics.before-step{step}.csv"
@@ -134,15 +134,10 @@ def wandb_run_id(out_dir: Path) -> str:
 def wandb_unreachable(timeout: float = 5.0) -> str | None:
     """Why online W&B logging cannot work from here (no API key, no route to the server), or None.
     Checked before training in a few seconds, instead of W&B's own minutes of retries."""
-    url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
-    if not (os.environ.get("WANDB_API_KEY") or _netrc_key(url.hostname)):
+    url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+    if not (os.environ.get("WANDB_API_KEY") or _netrc_key(urlparse(url).hostname)):
         return "no W&B API key (run `wandb login` or set WANDB_API_KEY)"
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname, port), timeout=timeout).close()
-    except OSError as e:
-        return f"cannot reach {url.hostname}:{port} ({e.strerror or type(e).__name__})"
-    return None
+    return unreachable(url, timeout)
 
 
 def _netrc_key(host: str) -> str | None:

@@ -152,7 +152,7 @@ def warn_if_not_final(path: Path, results: dict) -> None:
         return
     step = torch.load(path, map_location="cpu", mmap=True, weights_only=False).get("global_step")
     if step is not None and step != int(trained):
-        logging.getLogger("headsweep.runs").warning(
+        logging.getLogger(__name__).warning(
             "%s holds step %d but the run trained %d steps and its results.json scores step %d (a run from before "
             "the final step was checkpointed): what follows describes step %d", path, step, int(trained), int(trained), step)
 

@@ -21,8 +21,9 @@ from headsweep.training.checks import (ConfigError, check_config, check_devices,
 from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
                                        set_aside_metrics, wandb_run_id, wandb_unreachable)
 from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
+from headsweep.training.module import train_time
 
-log = logging.getLogger("headsweep.train")
+log = logging.getLogger(__name__)
 
 
 def train(cfg: DictConfig) -> dict:
@@ -100,15 +101,16 @@ def prepare(cfg: DictConfig) -> Path:
 
 def build(cfg: DictConfig):
     """The data module (set up: the data validated and the vocabulary built before anything trains) and
-    the LightningModule sized by its vocabulary."""
+    the LightningModule sized by its vocabulary (the model's settings are module.model: ${model})."""
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
     module = hydra.utils.instantiate(
-        cfg.module, model=OmegaConf.to_container(cfg.model, resolve=True), vocab_size=datamodule.vocab_size_actual,
-        tokenizer_json=datamodule.tokenizer_json,
+        cfg.module, vocab_size=datamodule.vocab_size_actual, tokenizer_json=datamodule.tokenizer_json,
         pad_id=datamodule.pad_id, bos_id=datamodule.bos_id, eos_id=datamodule.eos_id,
         _convert_="all",
     )
+    for split in (datamodule.val_split, datamodule.test_split):
+        datamodule.check_fits(split, module.net.cfg.max_len)
     return datamodule, module
 
 
@@ -128,8 +130,7 @@ def find_resume(cfg: DictConfig, out_dir: Path, module, datamodule) -> tuple[Pat
 def fit_and_test(trainer: pl.Trainer, module, datamodule, resume, start: float) -> dict:
     """Fit, validate the final weights if the last validation scored earlier ones, test; the metrics."""
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume[0] if resume else None)
-    timer = next((cb for cb in trainer.callbacks if isinstance(cb, pl.callbacks.Timer)), None)
-    train_seconds = timer.time_elapsed("train") if timer else time.time() - start
+    train_seconds = train_time(trainer)[0] or time.time() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate()/test() reset them
     if module.val_bleu_step != trainer.global_step:
         # Training stopped mid-epoch (max_steps / max_time) or between BLEU epochs: score the final

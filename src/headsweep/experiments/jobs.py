@@ -1,0 +1,48 @@
+"""What a sweep is made of: its jobs (one training run each: a grid cell x a seed) and the sweep itself.
+`planning.plan` builds them, `reuse` finds finished runs they can take over, `launch.run` runs the rest."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headsweep.training.runs import is_complete
+
+
+@dataclass
+class Job:
+    name: str                 # run name and output directory, e.g. h8-dk32-dv32-s1
+    cell: str                 # the name without the seed, e.g. h8-dk32-dv32
+    seed: int
+    overrides: list[str]      # this job's grid values and seed, as command-line overrides
+    tags: list[str]
+    dir: Path
+    base: bool = False
+    export: Path | None = None  # results/<sweep>/<run name>: where the finished job's outputs go
+    same_as: Path | None = None  # a finished run of another sweep with this job's settings and seed
+    analysis: dict | None = None  # the head analysis after training (conf/analysis), when the sweep runs one
+    trained_as: Path | None = None  # a finished run of another sweep that trained this job's model
+
+    def finished(self, run_dir: Path) -> bool:
+        """Complete, and analysed where the job analyses its model: a run whose analysis was cut short
+        runs again, and `train` finds it trained and only analyses it."""
+        return is_complete(run_dir) and (self.analysis is None or (run_dir / "analysis" / "analysis.json").is_file())
+
+    @property
+    def done(self) -> bool:
+        return self.finished(self.dir) or (self.export is not None and self.finished(self.export))
+
+
+@dataclass
+class Sweep:
+    name: str
+    spec_path: Path
+    dir: Path                 # multirun/<sweep>
+    common: list[str]         # overrides of every job
+    jobs: list[Job] = field(default_factory=list)
+    threads: int | None = None  # torch threads per job (--jobs)
+    only: list[str] = field(default_factory=list)  # globs on job names (--only); empty: every job
+
+    def selects(self, job: Job) -> bool:
+        return not self.only or any(fnmatch.fnmatchcase(job.name, g) for g in self.only)

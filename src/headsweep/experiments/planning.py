@@ -1,0 +1,151 @@
+"""Planning a sweep: every job of sweeps/<name>.yaml (grid cell x seed), each cell composed and its model
+built on the meta device first, so a bad key or value, cells that would train for unequal steps or in
+different precisions or devices, or more jobs than cores stop the sweep with one line before any job starts."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from headsweep.analysis.settings import AnalysisSettings
+from headsweep.config import SWEEPS_DIR, compose
+from headsweep.experiments.jobs import Job, Sweep
+from headsweep.experiments.reuse import find_reuse, finished_runs
+from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
+                                         row_tag, spec_seeds, split_parameters)
+from headsweep.experiments.sweep_settings import SHARED, resolved_values, shared_overrides
+from headsweep.training.checks import ConfigError, check_config
+
+# Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
+# overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=joblib"],
+    # a job that hits its time limit is requeued (up to 3 times) and resumes from its checkpoint
+    "submitit": ["hydra/launcher=submitit_slurm", "hydra.launcher.max_num_timeout=3"],
+    "submitit_local": ["hydra/launcher=submitit_local"],
+}
+
+
+def _first_line(e: Exception) -> str:
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+
+def default_jobs(cores: int) -> int:
+    """Two jobs of cores/2 threads on a CPU: on 2 cores two 1-thread jobs trained 1.09-1.46x the target
+    tokens/s of one 2-thread job (`make bench`, docs/speed.md); one job where a GPU takes the work."""
+    return 1 if torch.cuda.is_available() or cores < 2 else 2
+
+
+def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
+         specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
+         jobs: int | None = 1, cores: int | None = None, only: list[str] = ()) -> Sweep:
+    """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
+    over is noted on the job (headsweep.experiments.reuse)."""
+    spec, path = load_spec(name, specs_dir)
+    if seeds is not None and seeds < 1:
+        raise SweepError(f"--seeds must be >= 1, got {seeds}")
+    seed_list = spec_seeds(spec) if seeds is None else list(range(1, seeds + 1))
+    launcher, jobs, threads = parallel_jobs(launcher, jobs, cores or os.cpu_count() or 1)
+    for o in extra:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key in RESERVED:
+            raise SweepError(f"override '{o}': {key} is set per job by the sweep; drop it")
+    constants, cells = split_parameters(spec)
+    # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
+    common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
+    common += shared_overrides(name, results, list(extra))  # the precision and device its finished jobs ran with
+    if threads:
+        common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
+    check_overrides(common, spec, path)
+    composed = [compose_cell(common, cell, path) for cell in cells]
+    labels = check_cells(composed, path)
+
+    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only))
+    finished = finished_runs(results.resolve(), skip=name) if results is not None else []
+    for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
+        for i, (cell, label, (flat, tags, analysis, plain)) in enumerate(zip(cells, labels, composed)):
+            run = f"{label}-s{seed}"
+            job = Job(
+                name=run, cell=label, seed=seed, overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}"],
+                tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
+                dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
+                analysis=analysis,
+            )
+            find_reuse(job, flat, finished)
+            sweep.jobs.append(job)
+    if unmatched := [g for g in sweep.only if not any(fnmatch.fnmatchcase(j.name, g) for j in sweep.jobs)]:
+        raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs "
+                         f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?")
+    return sweep
+
+
+def parallel_jobs(launcher: str, jobs: int | None, cores: int) -> tuple[str, int, int | None]:
+    """(the launcher, jobs at once, torch threads per job or None) for `jobs` (None: the default) on `cores`."""
+    if launcher not in LAUNCHERS:
+        raise SweepError(f"unknown launcher '{launcher}'; one of {', '.join(LAUNCHERS)}")
+    if jobs is None:
+        jobs = default_jobs(cores)
+    if not 1 <= jobs <= cores:
+        raise SweepError(f"JOBS={jobs}: run between 1 and {cores} jobs at once on this machine's {cores} cores")
+    if jobs == 1:
+        return launcher, jobs, None
+    if launcher == "basic":
+        launcher = "joblib"  # Hydra's basic launcher runs one job at a time
+    if launcher != "joblib":
+        raise SweepError(f"JOBS={jobs} runs local jobs in parallel with the joblib launcher, not {launcher}; "
+                         "a cluster launcher sets its own parallelism (hydra.launcher.array_parallelism)")
+    return launcher, jobs, cores // jobs
+
+
+def check_overrides(common: list[str], spec: dict, path: Path) -> None:
+    """The common overrides compose, and so does each parameter alone (the error names it)."""
+    try:
+        compose(common)
+    except Exception as e:
+        raise SweepError(f"overrides {' '.join(common)}: {_first_line(e)}") from None
+    for key, p in spec["parameters"].items():
+        first = format_value(p["value"] if "value" in p else p["values"][0])
+        try:
+            compose([*common, f"{key}={first}"])
+        except Exception as e:
+            raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
+
+
+def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, list, dict | None, dict]:
+    """(flat settings, tags, analysis settings or None, plain values to pass on) of one checked grid cell."""
+    try:
+        cfg = compose([*common, *cell])
+        check_config(cfg)
+        plain = resolved_values(cfg)  # plain values: precision, width-scaled learning rate
+        analysis = OmegaConf.to_container(cfg.analysis, resolve=True) if cfg.get("analysis") else None
+        if analysis is not None:
+            AnalysisSettings(**analysis)  # checked like the rest of the config: one line, nothing started
+    except ConfigError as e:
+        raise SweepError(f"{path}: cell {' '.join(cell)}: {e}") from None
+    except Exception as e:
+        raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
+    flat = flatten_config(cfg)
+    flat.update(plain)
+    return flat, list(cfg.tags), analysis, plain
+
+
+def check_cells(composed: list[tuple], path: Path) -> list[str]:
+    """The cells' labels, once the cells train for equal steps in one precision and differ from each other."""
+    flats = [c[0] for c in composed]
+    steps = {f["trainer.max_steps"] for f in flats}
+    if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
+        raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
+                         f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
+    for key in SHARED:  # trainer.precision, trainer.accelerator
+        if len(values := {str(f.get(key)) for f in flats}) > 1:
+            raise SweepError(f"{path}: the cells would train with different {key} ({', '.join(sorted(values))}); a "
+                             f"sweep compares cells in one precision on one device: set {key} for the whole sweep")
+    labels = cell_labels([{k: v for k, v in f.items() if k != "module.peak_lr"} for f in flats])
+    if len(set(labels)) < len(labels):
+        raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")
+    return labels
