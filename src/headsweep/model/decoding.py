@@ -137,7 +137,6 @@ def _beam(model, src, bos_id, eos_id, max_len, beam_size, alpha, cached: bool) -
                     if scores[i, k].isfinite():
                         finished[sentence].append((float(scores[i, k]) / lp, prefix[i * K + k].tolist()))
             break
-
         going = torch.tensor([len(finished[s]) < K for s in active], device=device)
         if not going.any():
             break
@@ -152,8 +151,13 @@ def _beam(model, src, bos_id, eos_id, max_len, beam_size, alpha, cached: bool) -
             reorder_cache(cache, rows, None if go_rows is None else go_rows.nonzero().squeeze(1))
         step = token.view(-1, 1)
 
+    return _best(finished, model.cfg.pad_id, device)
+
+
+def _best(finished: list[list[tuple[float, list[int]]]], pad_id: int, device) -> Tensor:
+    """Each sentence's best hypothesis by score, as rows padded after their end: (B, longest)."""
     best = [max(hyps, key=lambda h: h[0])[1] for hyps in finished]
-    out = torch.full((B, max(map(len, best))), model.cfg.pad_id, dtype=torch.long, device=device)
+    out = torch.full((len(best), max(map(len, best))), pad_id, dtype=torch.long, device=device)
     for b, tokens in enumerate(best):
         out[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
     return out
