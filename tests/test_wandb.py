@@ -13,6 +13,7 @@ from conftest import DATA, needs_data
 from headsweep.config import compose
 from headsweep.experiments import sweep as S
 from headsweep.experiments import sync
+from headsweep.experiments.launch import JOB_GROUP, write_jobs
 from headsweep.sizes import attention_flops, comparison_config
 from headsweep.training.train import train
 
@@ -43,9 +44,9 @@ def test_a_row_a_job_reads_back_with_resolved_sizes_its_cell_as_group_and_its_sc
             "module.warmup_steps=4", "logger.wandb.mode=offline", "model.d_model=256", "model.d_ff=256"]
     sweep = S.plan("table3_a", seeds=1, extra=tiny, root=tmp_path / "multirun")
     job = sweep.jobs[0]
-    S.write_jobs(sweep, [job])
+    write_jobs(sweep, [job])
     cfg = compose([*sweep.common, f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]",
-                   f"+{S.JOB_GROUP}={job.name}", f"paths.output_dir={job.dir}"])
+                   f"+{JOB_GROUP}={job.name}", f"paths.output_dir={job.dir}"])
     assert cfg.model.d_k is None and cfg.cell is None  # resolved by the run, not by the sweep
     metrics = train(cfg)
 

@@ -33,7 +33,7 @@ from headsweep.reporting.plots import pyplot
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
-FREE = (*SIZES, "module.peak_lr", "trainer.precision", "trainer.max_time", "threads")
+FREE = (*SIZES, "model.kv_heads", "module.peak_lr", "trainer.precision", "trainer.max_time", "threads")
 SETTINGS = ("model.", "module.", "trainer.max_steps", "data.max_tokens", "average_last")
 TERMS = ("intercept", "log2 h", "log2 d_k", "log2 d_model")
 
@@ -71,6 +71,9 @@ def collect(root: Path, sweeps: list[str]) -> tuple[list[Point], list[str]]:
                 left_out.append(f"{sweep}/{r.dir.name}: {k} = {other[k]!r} (default {default.get(k)!r})")
                 continue
             f = r.flat
+            if f.get("model.kv_heads") not in (None, f["model.heads"]):  # shared K/V heads: another question
+                left_out.append(f"{sweep}/{r.dir.name}: model.kv_heads = {f['model.kv_heads']} (not h)")
+                continue
             same = (*(f[k] for k in SIZES), f.get("trainer.precision"), r.seed)  # a copied run counts once
             if same in seen:
                 left_out.append(f"{sweep}/{r.dir.name}: the same run as {seen[same]}")
