@@ -164,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                               args.precision)
     except (SweepError, RunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(format_record(record) + f"\nwritten: {args.results / args.sweep / OUTPUT}", flush=True)
-    return 0
+    else:
+        print(format_record(record) + f"\nwritten: {args.results / args.sweep / OUTPUT}", flush=True)
+        return 0
+    return 2
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ results/) at one budget, test BLEU against d_k coloured by h and marked by d_mod
 
     BLEU = b0 + b_h log2 h + b_dk log2 d_k + b_dm log2 d_model + e
 
-on the runs (seeds as replicates of their cell), with 95% confidence intervals.
+on the runs (seeds as replicates of their cell), with 95% confidence intervals; where the sweeps ran in
+different precisions (a sweep never mixes them) the fit adds an offset for bf16 rather than assume none.
 
     python -m headsweep.experiments.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
                                             [--root results] [--out reports]
@@ -35,7 +36,6 @@ SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
 FREE = (*SIZES, "model.kv_heads", "module.peak_lr", "trainer.precision", "trainer.max_time", "threads")
 SETTINGS = ("model.", "module.", "trainer.max_steps", "data.max_tokens", "average_last")
-TERMS = ("intercept", "log2 h", "log2 d_k", "log2 d_model")
 
 
 @dataclass
@@ -101,7 +101,9 @@ def fit(points: list[Point]) -> dict:
     """Ordinary least squares on every run; coefficients with 95% CIs (t with n - p degrees of freedom).
     A size that does not vary among the runs is left out of the model."""
     cols = {"log2 h": [math.log2(p.h) for p in points], "log2 d_k": [math.log2(p.d_k) for p in points],
-            "log2 d_model": [math.log2(p.d_model) for p in points]}
+            "log2 d_model": [math.log2(p.d_model) for p in points],
+            # sweeps of different precisions (a sweep never mixes them): the offset is estimated, not assumed 0
+            "bf16 (vs fp32)": [float(p.precision.startswith("bf16")) for p in points]}
     terms = ["intercept", *[t for t, v in cols.items() if len(set(v)) > 1]]
     X = np.column_stack([np.ones(len(points)), *[cols[t] for t in terms[1:]]])
     y = np.array([p.bleu for p in points])
@@ -157,12 +159,13 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     precisions = sorted({p.precision for p in points})
     lines = [f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)", "",
              f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells; "
-             f"precision {', '.join(precisions)}" + (" (mixed across sweeps: the fit assumes precision does not "
-                                                     "move BLEU; see docs/throughput.md)" if len(precisions) > 1 else ""),
+             f"precision {', '.join(precisions)}" + (" (mixed across sweeps, never within one: the fit has a term "
+                                                     "for it; see docs/throughput.md)" if len(precisions) > 1 else ""),
              "", f"![Test BLEU against d_k, coloured by h, marked by d_model]({png.name})", "",
              "*Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the query/key width per head.*", "",
              "Least squares on every run (seeds as replicates): BLEU = b0 + b_h log2 h + b_dk log2 d_k + "
-             "b_dm log2 d_model", "", "| term | coefficient (BLEU per doubling) | 95% CI | p |", "|---|---:|---:|---:|"]
+             "b_dm log2 d_model (+ b_bf16 where the sweeps' precisions differ); a size that does not vary is left "
+             "out.", "", "| term | coefficient (BLEU per doubling; bf16: offset) | 95% CI | p |", "|---|---:|---:|---:|"]
     for name, t in result["terms"].items():
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
