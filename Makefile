@@ -28,8 +28,10 @@ ALPHA ?=
 AVG ?=
 RESUME ?=
 SWEEPS ?=
+# make budget's sweeps holding the same cells at the ablation budget, preferred first
+AGAINST ?= table3_a,table3_b,heads_fixed_dk
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain analyze prune clean
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain budget analyze prune clean
 
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
@@ -78,6 +80,11 @@ report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from res
 
 explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
 	$(PY) -m headsweep.experiments.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+
+# make budget's own default sweep; SWEEP=... on the command line still wins
+budget: SWEEP = heads_budget_2x
+budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
+	$(PY) -m headsweep.experiments.budget --sweep $(SWEEP) --against $(AGAINST) --root $(RESULTS) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]

@@ -1,11 +1,14 @@
 """What the tests share: where the Multi30k files are, the overrides of a tiny training run, and one such
 run trained once for the whole test session (`tiny_run`), which the tests of training, evaluation and
-analysis read; a test that writes into a run takes a copy (`copy_run_dir`)."""
+analysis read; a test that writes into a run takes a copy (`copy_run_dir`); a finished run's files
+without any training (`fake_run`), for the cross-sweep views."""
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from headsweep.config import register_resolvers
 
@@ -55,3 +58,20 @@ def copy_run_dir(run: Path, dest: Path) -> Path:
 @pytest.fixture
 def run_copy(tiny_run, tmp_path) -> Path:
     return copy_run_dir(tiny_run, tmp_path / "run")
+
+
+def fake_run(root, sweep, name, seed, bleu, overrides=(), curve="step,val/bleu\n1149,30.0\n", **extra):
+    """root/sweep/name as a finished ablation run leaves it in results/, and no more: its config composed from
+    `overrides` (fp32 unless they say otherwise), test BLEU `bleu`, a metrics CSV `curve`, test hypotheses."""
+    from headsweep.config import compose
+
+    cfg = compose(["budget=ablation", "trainer.precision=32-true", f"seed={seed}", *overrides])
+    d = root / sweep / name
+    d.mkdir(parents=True)
+    hyps = d / "hypotheses" / "test_2016_flickr.beam.en"  # what the report needs of a finished run
+    hyps.parent.mkdir()
+    hyps.write_text("a\n")
+    (d / "metrics.csv").write_text(curve)
+    results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
+               "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
+    (d / "results.json").write_text(json.dumps(results))

@@ -1,27 +1,13 @@
 """The cross-sweep view: the least-squares fit recovers known coefficients, a copied run counts once,
 other changes are left out, and sweeps of different budgets stop it with one line."""
 
-import json
 import math
 
 import pytest
-from omegaconf import OmegaConf
 
-from headsweep.config import compose
 from headsweep.experiments import explain
 
-
-def fake_run(root, sweep, name, seed, bleu, overrides=(), **extra):
-    cfg = compose(["budget=ablation", "trainer.precision=32-true", f"seed={seed}", *overrides])
-    d = root / sweep / name
-    d.mkdir(parents=True)
-    hyps = d / "hypotheses" / "test_2016_flickr.beam.en"  # what the report needs of a finished run
-    hyps.parent.mkdir()
-    hyps.write_text("a\n")
-    (d / "metrics.csv").write_text("step,val/bleu\n1149,30.0\n")
-    results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
-               "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
-    (d / "results.json").write_text(json.dumps(results))
+from conftest import fake_run
 
 
 def bleu_of(h, d_k, d_model):  # the truth the fit must recover, plus a seed effect that averages out

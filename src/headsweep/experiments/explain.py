@@ -24,13 +24,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from scipy import stats
-
 from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.plots import pyplot
+from headsweep.reporting.stats import ols
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
@@ -104,23 +102,10 @@ def fit(points: list[Point]) -> dict:
             "log2 d_model": [math.log2(p.d_model) for p in points],
             # sweeps of different precisions (a sweep never mixes them): the offset is estimated, not assumed 0
             "bf16 (vs fp32)": [float(p.precision.startswith("bf16")) for p in points]}
-    terms = ["intercept", *[t for t, v in cols.items() if len(set(v)) > 1]]
-    X = np.column_stack([np.ones(len(points)), *[cols[t] for t in terms[1:]]])
-    y = np.array([p.bleu for p in points])
-    n, k = X.shape
-    if n <= k:
-        raise ReportError(f"{n} runs cannot fit {k} coefficients: finish more cells first")
-    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
-    resid = y - X @ beta
-    sigma2 = resid @ resid / (n - k)
-    cov = sigma2 * np.linalg.pinv(X.T @ X)
-    se = np.sqrt(np.diag(cov))
-    t = stats.t.ppf(0.975, n - k)
-    pvals = 2 * stats.t.sf(np.abs(beta / np.where(se > 0, se, np.inf)), n - k)
-    r2 = 1 - (resid @ resid) / max(((y - y.mean()) ** 2).sum(), 1e-12)
-    return {"n": n, "dof": n - k, "r2": float(r2), "sigma": float(math.sqrt(sigma2)),
-            "terms": {name: {"coef": float(b), "lo": float(b - t * s), "hi": float(b + t * s), "p": float(pv)}
-                      for name, b, s, pv in zip(terms, beta, se, pvals)}}
+    used = {t: v for t, v in cols.items() if len(set(v)) > 1}
+    if len(points) <= len(used) + 1:
+        raise ReportError(f"{len(points)} runs cannot fit {len(used) + 1} coefficients: finish more cells first")
+    return ols(used, [p.bleu for p in points])
 
 
 def figure(points: list[Point], path: Path) -> Path:

@@ -1,10 +1,14 @@
 """The statistics every report shares: mean ± sd over seeds, Holm's correction for several comparisons
-with one base, Welch's t-test over seeds' scores, and Kendall's tau between two rankings (scipy)."""
+with one base, Welch's t-test over seeds' scores, Kendall's tau between two rankings (scipy), and ordinary
+least squares with confidence intervals (the cross-sweep fit, the budget view's interaction)."""
 
 from __future__ import annotations
 
+import math
 import statistics
 
+import numpy as np
+from scipy import stats
 from scipy.stats import kendalltau, ttest_ind
 
 
@@ -37,3 +41,25 @@ def ranking_agreement(early: list[float], late: list[float]) -> float | None:
     if len(early) < 2:
         return None
     return float(kendalltau(early, late).statistic)
+
+
+def ols(columns: dict[str, list[float]], y: list[float]) -> dict:
+    """Ordinary least squares y = b0 + sum_k b_k x_k over every observation: each term's coefficient, its
+    standard error, 95% CI (t with n - p degrees of freedom) and two-sided p. The residual variance is
+    pooled over all observations, so it assumes one noise level for all of them."""
+    X = np.column_stack([np.ones(len(y)), *columns.values()])
+    y = np.asarray(y, dtype=float)
+    n, k = X.shape
+    if n <= k:
+        raise ValueError(f"{n} observations cannot fit {k} coefficients")
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    sigma2 = resid @ resid / (n - k)
+    se = np.sqrt(np.diag(sigma2 * np.linalg.pinv(X.T @ X)))
+    t = stats.t.ppf(0.975, n - k)
+    pvals = 2 * stats.t.sf(np.abs(beta / np.where(se > 0, se, np.inf)), n - k)
+    r2 = 1 - (resid @ resid) / max(((y - y.mean()) ** 2).sum(), 1e-12)
+    return {"n": n, "dof": n - k, "r2": float(r2), "sigma": float(math.sqrt(sigma2)),
+            "terms": {name: {"coef": float(b), "se": float(s), "lo": float(b - t * s), "hi": float(b + t * s),
+                             "p": float(pv)}
+                      for name, b, s, pv in zip(["intercept", *columns], beta, se, pvals)}}
