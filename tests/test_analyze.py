@@ -369,3 +369,67 @@ def test_prune_with_concrete_gates_beside_michel(run_copy, capsys):
     assert "already has concrete gates" in capsys.readouterr().err
     assert P.main(["--ckpt", str(tiny_run), "--split", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- fixed heads
+
+
+def test_fixed_heads_are_recorded_and_named_without_changing_learned_ones():
+    """The record and the words come from the model itself; a model without fixed heads gets none, and its
+    heads keep their plain labels."""
+    from headsweep.analysis.fixed import fixed_heads, fixed_words, head_label, name_label
+
+    net = tiny_net(fixed_heads={"enc_self": 3, "dec_self": 1})
+    fixed = fixed_heads(net)
+    assert fixed == {"enc_self": {"0": "cur", "1": "prev", "2": "next"}, "dec_self": {"0": "cur"}}
+    assert fixed_words(fixed, 4) == [
+        "enc_self heads 0-2 of every layer are fixed patterns (cur, prev, next); the learned head is 3",
+        "dec_self head 0 of every layer is a fixed pattern (cur); the learned heads are 1-3"]
+    assert [head_label(fixed, "enc_self", h, "h") for h in (1, 3)] == ["h1 (prev, fixed)", "h3"]
+    assert head_label(fixed, "cross", 0) == "0" and name_label(fixed, "enc_self", "L1H2") == "L1H2 (next, fixed)"
+    assert name_label(fixed, "enc_self", "L1H2", short=True) == "L1H2 (next)"
+    assert name_label(fixed, "cross", "L0H0") == "L0H0"
+    assert fixed_heads(tiny_net()) == {} and fixed_words({}, 4) == [] and head_label({}, "enc_self", 0) == "0"
+
+
+def fixed_head_run(tmp_path_factory):
+    """A tiny run (1 layer, 4 heads) whose encoder heads 0 and 1 are the fixed patterns cur and prev."""
+    from conftest import DATA, tiny_overrides
+    from headsweep.config import compose
+    from headsweep.training.train import train
+
+    if not DATA.is_dir():
+        pytest.skip(f"Multi30k not found at {DATA}")
+    out = tmp_path_factory.mktemp("fixed") / "run"
+    train(compose(tiny_overrides(out, "model.heads=4", "model.fixed_heads={enc_self:2}", "trainer.max_steps=4",
+                                 "module.warmup_steps=2",
+                                 "logger.wandb.mode=disabled", "run_name=fixed")))
+    return out
+
+
+@pytest.mark.slow  # a training run of its own, then the whole analysis
+def test_analysis_records_and_marks_fixed_heads(tmp_path_factory, capsys, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    run = fixed_head_run(tmp_path_factory)
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))  # keep each plot to look at
+    A.main(["--ckpt", str(run), "--max-sentences", "4", "--random-orders", "0", "--step", "1", "--sentences", "1",
+            "--wandb-mode", "disabled"])
+    a = json.loads((run / "analysis" / "analysis.json").read_text())
+    assert a["fixed_heads"] == {"enc_self": {"0": "cur", "1": "prev"}}
+    sentence = "enc_self heads 0-1 of every layer are fixed patterns (cur, prev); the learned heads are 2-3"
+    md = (run / "analysis" / "analysis.md").read_text()
+    assert f"**Fixed heads**: {sentence}." in md and f"fixed heads: {sentence}" in capsys.readouterr().out
+    assert "| layer | h0 (cur, fixed) | h1 (prev, fixed) | h2 | h3 |" in md  # encoder tables
+    assert "| layer | h0 | h1 | h2 | h3 |" in md  # decoder self and cross: nothing fixed
+    prev = next(r for r in a["roles"]["heads"] if (r["kind"], r["head"]) == ("enc_self", 1))
+    assert prev["prev"] == pytest.approx(1.0)  # the head labelled prev is the one that attends to the previous token
+    assert "| encoder self-attention | 0 | 1 (prev, fixed) | " in md
+    heat = next(f for f in figures if f._suptitle and f._suptitle.get_text().startswith("head importance"))
+    enc = heat.axes[0]
+    assert [t.get_text() for t in enc.get_xticklabels()] == ["0\ncur", "1\nprev", "2", "3"]
+    assert [p.get_x() + 0.5 for p in enc.patches if p.get_hatch()] == [0, 1]  # columns 0 and 1 hatched
+    assert not any(p.get_hatch() for ax in heat.axes[1:] for p in ax.patches)
+    scatter = next(f for f in figures if f.axes and f.axes[0].get_title().startswith("importance vs confidence"))
+    assert "fixed pattern head" in [t.get_text() for t in scatter.axes[0].get_legend().get_texts()]

@@ -281,3 +281,48 @@ def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_
     assert base.base and base.row["paper"]["row"] == "base"
     assert hd.label == "h8-dk32-dv32-head_dropout0.1" and hd.row["paper"] is None and hd.row["paper_delta"] is None
     assert hd.row["delta"] == pytest.approx(-2.0)
+
+
+def curves_for_every_run(sweep_dir: Path, rising: str | None = None) -> None:
+    """Validation every 230 steps, val loss falling in every run; in `rising` (a run's name) it goes up once,
+    at step 690."""
+    for run in (sweep_dir / "table3_a").glob("h*-s*"):
+        if not (run / "results.json").is_file() or json.loads((run / "results.json").read_text())["status"] != "complete":
+            continue
+        losses = [4.0, 3.0, 2.5, 2.2, 2.1] if run.name != rising else [4.0, 3.0, 3.1234, 2.2, 2.1]
+        write_curve(run, {230 * (i + 1): (10.0 + i, loss) for i, loss in enumerate(losses)})
+
+
+def test_val_loss_that_rises_once_is_named_with_its_run_cell_and_step(sweep_dir, tmp_path):
+    """A run whose val loss goes up once (step 690, 3.0 -> 3.1234) is named in the notes, with its cell,
+    and in its cell's details; the other runs are not, and the report is still written."""
+    curves_for_every_run(sweep_dir, rising="h4-dk64-dv64-s2")
+    paths = R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=50)
+    md = paths[0].read_text()
+    assert "- Val loss did not fall at every validation in 1 of 5 runs:\n" \
+           "  - `h4-dk64-dv64-s2` (h4-dk64-dv64): rose at step 690 (3.0000 → 3.1234)\n" in md
+    assert "fell at every validation in all" not in md
+    assert "- val loss fell at every validation in seed 1; seed 2 (`h4-dk64-dv64-s2`) rose at step 690 " \
+           "(3.0000 → 3.1234)" in md
+    assert md.count("rose at step") == 2  # the note and h4's details; no other run or cell
+
+
+def test_val_loss_falling_throughout_is_one_line_for_all_runs(sweep_dir, tmp_path):
+    curves_for_every_run(sweep_dir)
+    md = R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=50)[0].read_text()
+    assert "- Val loss fell at every validation in all 5 runs.\n" in md
+    assert md.count("- val loss fell at every validation in seeds 1, 2\n") == 2  # the base's and h4's details
+    assert "- val loss fell at every validation in seed 1\n" in md and "rose at step" not in md
+
+
+def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validations(sweep_dir):
+    from headsweep.experiments.cells import val_loss_rises
+
+    runs, _ = R.load_runs(sweep_dir / "table3_a")
+    assert all(val_loss_rises(r) is None for r in runs)  # the fixture's CSVs have no validation rows
+    write_curve(runs[0].dir, {230: (1.0, 3.0), 460: (2.0, 3.0), 690: (3.0, 2.0)})  # flat at 460: not a fall
+    assert val_loss_rises(runs[0]) == [(460, 3.0, 3.0)]
+    cells = R.group_cells(runs)
+    note = R.notes(sweep_dir / "table3_a", runs, cells, R.summarize(cells, n_samples=50), [])
+    assert any(line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n") and
+               "did not fall at step 460 (3.0000 → 3.0000)" in line and "not checked (4," in line for line in note)

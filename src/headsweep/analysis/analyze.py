@@ -19,6 +19,9 @@ For one trained model, over one split (val by default):
               (headsweep.analysis.redundancy), clustered; near-duplicate groups; nearest twin vs the loss increase.
 - maps        attention heat maps (layers x heads per kind) of chosen sentences.
 
+Fixed heads (model.fixed_heads: positional patterns, not learned) are analysed like every other head and
+labelled as such in analysis.json (fixed_heads), the tables, the plots and the summary (analysis/fixed.py).
+
 Importance, roles and the single-head losses use every sentence of the split (one pass each). Every
 pruning step and best-head-only model greedy-decodes the first --max-sentences sentences of the split,
 which is where the time goes: see `--max-sentences` and `--step` in --help.

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+from headsweep.analysis.fixed import LEGEND, fixed_words, head_label, name_label
 from headsweep.analysis.importance import KIND_NAMES, NORMALISATION, POOLS
 from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.markdown import table
@@ -43,6 +44,8 @@ def _importance_md(a: dict) -> list[str]:
         f"# Do heads specialise? `{a['run_name']}`", "",
         f"Checkpoint `{a['checkpoint']}`, split `{a['split']}`. Model: {n_layers} + {n_layers} layers, "
         f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.", "",
+        *[line for w in fixed_words(a.get("fixed_heads"), n_heads) for line in (f"**Fixed heads**: {w}.", "")],
+        *([LEGEND, ""] if a.get("fixed_heads") else []),
         f"Full model on the first {s['sentences_decoded']} sentences ({s.get('decoding', 'greedy')}): "
         f"**BLEU {full['bleu']:.2f}**, "
         f"chrF {full['chrf']:.2f}, loss {full['loss']:.3f}; loss {_f(full.get('split_loss'), '{:.3f}')} over the "
@@ -56,14 +59,17 @@ def _importance_md(a: dict) -> list[str]:
         "so each row below has unit l2 norm; the pruning order over all heads uses these normalised scores.", "",
         f"![importance]({a['files']['importance']})", "",
     ]
-    return lines + _kind_tables(n_heads, lambda kind: [[f"{v:.2f}" for v in row] for row in imp[kind]])
+    return lines + _kind_tables(n_heads, lambda kind: [[f"{v:.2f}" for v in row] for row in imp[kind]],
+                                a.get("fixed_heads"))
 
 
-def _kind_tables(n_heads: int, cells_of) -> list[str]:
-    """One layer x head table per attention kind; cells_of(kind) gives each layer's row of cells."""
+def _kind_tables(n_heads: int, cells_of, fixed: dict | None = None) -> list[str]:
+    """One layer x head table per attention kind; cells_of(kind) gives each layer's row of cells; fixed heads
+    (`fixed`, analysis.json's fixed_heads) labelled in the header."""
     lines = []
     for kind in ATTENTION_KINDS:
-        lines += [f"**{KIND_NAMES[kind]}**", "", *_table(["layer"] + [f"h{h}" for h in range(n_heads)],
+        header = ["layer"] + [head_label(fixed, kind, h, prefix="h") for h in range(n_heads)]
+        lines += [f"**{KIND_NAMES[kind]}**", "", *_table(header,
                                                         [[l, *cells] for l, cells in enumerate(cells_of(kind))])]
     return lines
 
@@ -84,7 +90,7 @@ def _ablation_md(a: dict) -> list[str]:
     ]
     lines += _kind_tables(n_heads, lambda kind: [
         [f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}" for h in range(n_heads)]
-        for l in range(n_layers)])
+        for l in range(n_layers)], a.get("fixed_heads"))
     lines += [
         "## Keeping only the most important head of a layer (Michel et al., Table 2)", "",
         "All heads of one layer removed except the one with the highest importance (Michel tried every head "
@@ -92,7 +98,8 @@ def _ablation_md(a: dict) -> list[str]:
         "sentences, loss over the whole split.", "",
     ]
     lines += _table(["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss ± se"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], r["kept_head"], f"{r['bleu']:.2f}", f"{r['delta_bleu']:+.2f}",
+                    [[KIND_NAMES[r["kind"]], r["layer"], head_label(a.get("fixed_heads"), r["kind"], r["kept_head"]),
+                      f"{r['bleu']:.2f}", f"{r['delta_bleu']:+.2f}",
                       f"{r['loss']:.3f}", f"{r['delta_loss']:+.3f} ± {r['delta_loss_se']:.3f}"] for r in a["best_head_only"]])
     return lines
 
@@ -152,7 +159,8 @@ def _roles_md(a: dict) -> list[str]:
     ]
     lines += _table(["attention", "layer", "head", "importance", "Δloss alone", "confidence", "entropy",
                      "prev", "next", "rare", "role"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], r["head"], f"{r['importance']:.2f}", f"{r['delta_loss']:+.3f}",
+                    [[KIND_NAMES[r["kind"]], r["layer"], head_label(a.get("fixed_heads"), r["kind"], r["head"]),
+                      f"{r['importance']:.2f}", f"{r['delta_loss']:+.3f}",
                       _f(r["confidence"]), _f(r["entropy"]), _f(r["prev"], "{:.0%}"), _f(r["next"], "{:.0%}"),
                       _f(r["rare"], "{:.0%}"), r["role"]] for r in a["roles"]["heads"]])
     return lines
@@ -198,8 +206,14 @@ def _redundancy_md(a: dict, red: dict) -> list[str]:
     for kind, k in red["kinds"].items():
         c = k["twin_vs_loss_increase"]
         rows.append([KIND_NAMES[kind], f"{k['mean_js_bits']:.2f}", len(k["groups"]),
-                     "; ".join(", ".join(g) for g in k["groups"]) or "–", f"{c['spearman_rho']:+.2f}", _f(c["p"], "{:.3f}")])
+                     _groups(a, kind, k["groups"]) or "–", f"{c['spearman_rho']:+.2f}", _f(c["p"], "{:.3f}")])
     return lines + _table(["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs loss increase", "p"], rows)
+
+
+def _groups(a: dict, kind: str, groups: list[list[str]]) -> str:
+    """Near-duplicate groups in words, fixed heads with their pattern (copies of one pattern are twins by
+    construction, not by training)."""
+    return "; ".join(", ".join(name_label(a.get("fixed_heads"), kind, name) for name in g) for g in groups)
 
 
 def _maps_md(a: dict) -> list[str]:
@@ -223,6 +237,7 @@ def summary(a: dict, out: Path) -> str:
         f"{a['cost']['total_seconds'] / 60:.1f} min)",
         f"  decoding: {s.get('decoding', 'greedy')}",
         f"  full model: BLEU {full['bleu']:.2f}, loss {full['loss']:.3f}",
+        *[f"  fixed heads: {w}" for w in fixed_words(a.get("fixed_heads"), a["model"]["heads"])],
         "  importance (normalised per layer by its l2 norm), max / min head per kind:",
     ]
     for kind in ATTENTION_KINDS:
@@ -245,7 +260,8 @@ def summary(a: dict, out: Path) -> str:
         "  roles: " + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
         + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",
         *[f"  {w}" for w in locality_words(a.get("layer_roles", []))],
-        *[f"  near-duplicate heads ({KIND_NAMES[kind]}): " + ("; ".join(", ".join(g) for g in k["groups"]) or "none")
+        *[f"  near-duplicate heads ({KIND_NAMES[kind]}): "
+          + (_groups(a, kind, k["groups"]) or "none")
           for kind, k in a.get("redundancy", {}).get("kinds", {}).items()],
         f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
     ]

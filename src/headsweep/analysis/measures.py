@@ -10,6 +10,7 @@ from pathlib import Path
 
 from headsweep.analysis.ablation import (DECODING, POOLS, Evaluator, LossEvaluator, kind_sensitivity, plan_pruning,
                                         prunable_fraction)
+from headsweep.analysis.fixed import fixed_heads
 from headsweep.analysis.importance import (KIND_NAMES, NORMALISATION, all_heads, fractions, head_importance,
                                            normalise_per_layer, pruned_at)
 from headsweep.analysis.maps import sentence_weights
@@ -65,7 +66,8 @@ def measure(module, datamodule, s: AnalysisSettings) -> dict:
     return {"raw": raw, "norm": norm, "grid": grid, "full": full, "single": single, "best_only": best_only,
             "pruning": pruning, "role_rows": role_rows, "redundancy": redundancy(js, net.cfg.heads, single,
                                                                                   s.redundancy_threshold),
-            "evaluate": evaluate, "losses": losses, "n_dec": n_dec, "n_all": len(src_texts)}
+            "evaluate": evaluate, "losses": losses, "n_dec": n_dec, "n_all": len(src_texts),
+            "fixed": fixed_heads(net)}
 
 
 def planned_models(best: dict, norm: dict, plan: dict, grid: list[float]) -> set[frozenset]:
@@ -149,22 +151,24 @@ def role_table(acc, norm: dict, raw: dict, single: list, pos_threshold: float, r
 def write_plots(out: Path, found: dict, tolerance: float) -> None:
     """The heat maps, the pruning curves, importance against confidence and redundancy, as FILES names them."""
     norm, single_by_head = found["norm"], {(s["kind"], s["layer"], s["head"]): s for s in found["single"]}
+    fixed = found.get("fixed")  # fixed-pattern heads: marked in every per-head plot
     plot_layer_head_maps({k: v.tolist() for k, v in norm.items()},
                          "head importance E|dL/dxi|, each layer normalised by its l2 norm", out / FILES["importance"],
-                         "viridis")
+                         "viridis", fixed=fixed)
     plot_layer_head_maps({kind: [[single_by_head[(kind, l, h)]["delta_loss"] for h in range(norm[kind].size(1))]
                                  for l in range(norm[kind].size(0))] for kind in ATTENTION_KINDS},
                          "loss change (nats per token, whole split) when one head is removed", out / FILES["ablation"],
-                         "RdBu_r", "{:+.3f}", center=True)
+                         "RdBu_r", "{:+.3f}", center=True, fixed=fixed)
     plot_pruning(found["pruning"], found["grid"], found["full"]["bleu"], tolerance, out / FILES["pruning"])
-    plot_importance_vs_confidence(found["role_rows"], out / FILES["importance_vs_confidence"])
-    plot_redundancy(found["redundancy"], out / FILES["redundancy"])
+    plot_importance_vs_confidence(found["role_rows"], out / FILES["importance_vs_confidence"], fixed)
+    plot_redundancy(found["redundancy"], out / FILES["redundancy"], fixed)
 
 
 def attention_maps(module, datamodule, map_specs: list[dict], out: Path) -> list[dict]:
     """Heat maps of the chosen sentences' attention, per kind; their entries for analysis.json."""
     maps = []
     tok = datamodule.tokenizer
+    fixed = fixed_heads(module.net)
     for spec in map_specs:
         weights = sentence_weights(module, spec["src_ids"], spec["tgt_ids"])
         src_tok = [tok.id_to_token(i) for i in spec["src_ids"]]
@@ -175,7 +179,8 @@ def attention_maps(module, datamodule, map_specs: list[dict], out: Path) -> list
                 else (tgt_tok, src_tok)
             name = f"attention_{spec['tag']}_{kind}.png"
             plot_attention(weights[kind], q, k, f"{KIND_NAMES[kind]}: {spec['source']}\n"
-                           f"(target side: {spec['target_side']}; rows = queries, columns = keys)", out / name)
+                           f"(target side: {spec['target_side']}; rows = queries, columns = keys)", out / name,
+                           fixed.get(kind))
             entry["files"][kind] = name
         maps.append(entry)
 
@@ -199,6 +204,9 @@ def analysis_record(run, s: AnalysisSettings, found: dict, maps: list[dict]) -> 
         "sweep": results.get("sweep"),
         "split": s.split,
         "model": {k: model_cfg.get(k) for k in ("n_layers", "heads", "d_model", "d_k", "d_v", "head_dropout")},
+        # which heads are fixed patterns, {kind: {head: pattern}} in every layer; a model without any gets no
+        # key, so its analysis.json is as before
+        **({"fixed_heads": found["fixed"]} if found.get("fixed") else {}),
         "seed": results["config"].get("seed"),
         "settings": settings,
         "full": found["full"],

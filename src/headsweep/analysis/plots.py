@@ -7,14 +7,16 @@ from pathlib import Path
 
 import torch
 
+from headsweep.analysis.fixed import name_label, pattern_of
 from headsweep.analysis.importance import KIND_NAMES, POOLS
 from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.plots import pyplot
 
 
 def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path: Path, cmap: str,
-                         fmt: str = "{:.2f}", center: bool = False) -> None:
-    """One panel per attention kind: layers (rows) x heads (columns), values written in the cells."""
+                         fmt: str = "{:.2f}", center: bool = False, fixed: dict | None = None) -> None:
+    """One panel per attention kind: layers (rows) x heads (columns), values written in the cells; the
+    columns of fixed heads (`fixed`: analysis.fixed.fixed_heads) hatched, their pattern under the index."""
     plt = pyplot()
     n_layers, n_heads = len(values["enc_self"]), len(values["enc_self"][0])
     fig, axes = plt.subplots(1, 3, figsize=(3 * max(3.0, 0.6 * n_heads + 1.2), max(2.2, 0.55 * n_layers + 1.4)),
@@ -24,9 +26,12 @@ def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path:
         lim = float(data.abs().max()) or 1.0
         im = ax.imshow(data, cmap=cmap, vmin=-lim if center else None, vmax=lim if center else None, aspect="auto")
         ax.set_title(KIND_NAMES[kind], fontsize=9)
-        ax.set_xticks(range(n_heads), [str(h) for h in range(n_heads)], fontsize=7)
+        patterns = [pattern_of(fixed, kind, h) for h in range(n_heads)]
+        ax.set_xticks(range(n_heads), [f"{h}\n{p}" if p else str(h) for h, p in enumerate(patterns)], fontsize=7)
         ax.set_yticks(range(n_layers), [str(l) for l in range(n_layers)], fontsize=7)
-        ax.set_xlabel("head", fontsize=8)
+        ax.set_xlabel("head (hatched: fixed pattern)" if any(patterns) else "head", fontsize=8)
+        for h in (h for h, p in enumerate(patterns) if p):  # a fixed head's column, every layer: not learned
+            ax.add_patch(plt.Rectangle((h - 0.5, -0.5), 1, n_layers, fill=False, hatch="//", edgecolor="grey", lw=0))
         ax.set_ylabel("layer", fontsize=8)
         if n_heads <= 16:
             for (l, h), v in zip(((l, h) for l in range(n_layers) for h in range(n_heads)), data.flatten().tolist()):
@@ -68,7 +73,8 @@ def plot_pruning(pruning: dict, grid: list[float], full_bleu: float, tolerance: 
     plt.close(fig)
 
 
-def plot_importance_vs_confidence(heads: list[dict], path: Path) -> None:
+def plot_importance_vs_confidence(heads: list[dict], path: Path, fixed: dict | None = None) -> None:
+    """One point per head, coloured by kind, shaped by role; fixed heads ringed (their role is by construction)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     markers = {"positional (prev)": "<", "positional (next)": ">", "rare words": "*", "-": "o"}
@@ -78,6 +84,9 @@ def plot_importance_vs_confidence(heads: list[dict], path: Path) -> None:
             if pts:
                 ax.scatter(*zip(*pts), color=color, marker=marker, s=40 if marker == "*" else 22,
                            label=f"{KIND_NAMES[kind]}" + ("" if label == "-" else f", {label}"))
+    ringed = [(h["confidence"], h["importance"]) for h in heads if pattern_of(fixed, h["kind"], h["head"])]
+    if ringed:
+        ax.scatter(*zip(*ringed), facecolors="none", edgecolors="black", s=110, lw=1, label="fixed pattern head")
     ax.set_xlabel("confidence (mean max attention weight)")
     ax.set_ylabel("importance (normalised per layer)")
     ax.legend(fontsize=6.5)
@@ -88,8 +97,9 @@ def plot_importance_vs_confidence(heads: list[dict], path: Path) -> None:
 
 
 def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: list[str], title: str,
-                   path: Path) -> None:
-    """Layers (rows) x heads (columns) of (queries x keys) heat maps, tokens on the outer axes."""
+                   path: Path, patterns: dict[str, str] | None = None) -> None:
+    """Layers (rows) x heads (columns) of (queries x keys) heat maps, tokens on the outer axes; `patterns`:
+    {head index: pattern} of the kind's fixed heads, named in their panels' titles."""
     plt = pyplot()
     n_layers, n_heads = len(weights), weights[0].size(0)
     cell = max(1.6, 0.13 * max(len(q_tokens), len(k_tokens)) + 0.7)
@@ -99,7 +109,8 @@ def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: l
         for h in range(n_heads):
             ax = axes[l][h]
             ax.imshow(weights[l][h].float(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-            ax.set_title(f"layer {l} head {h}", fontsize=7)
+            pattern = (patterns or {}).get(str(h))
+            ax.set_title(f"layer {l} head {h}" + (f" ({pattern}, fixed)" if pattern else ""), fontsize=7)
             ax.set_xticks(range(len(k_tokens)), k_tokens if l == n_layers - 1 else [], rotation=90, fontsize=5)
             ax.set_yticks(range(len(q_tokens)), q_tokens if h == 0 else [], fontsize=5)
     fig.suptitle(title, fontsize=9)
@@ -108,9 +119,10 @@ def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: l
     plt.close(fig)
 
 
-def plot_redundancy(similar: dict, path: Path) -> None:
+def plot_redundancy(similar: dict, path: Path, fixed: dict | None = None) -> None:
     """One panel per attention kind: the heads' pairwise JS divergence, rows and columns in the order of
-    the average-linkage clustering, so near-duplicate groups show as dark blocks on the diagonal."""
+    the average-linkage clustering, so near-duplicate groups show as dark blocks on the diagonal. Fixed heads
+    carry their pattern: two layers' copies of one pattern are twins by construction."""
     plt = pyplot()
     kinds = similar["kinds"]
     n = max(len(k["names"]) for k in kinds.values())
@@ -120,13 +132,13 @@ def plot_redundancy(similar: dict, path: Path) -> None:
         order = k["order"]
         data = torch.tensor(k["js_bits"])[order][:, order]
         im = ax.imshow(data, cmap="magma", vmin=0, vmax=1)
-        labels = [k["names"][i] for i in order]
+        labels = [name_label(fixed, kind, k["names"][i], short=True) for i in order]
         ax.set_xticks(range(len(order)), labels, fontsize=5, rotation=90)
         ax.set_yticks(range(len(order)), labels, fontsize=5)
         ax.set_title(f"{KIND_NAMES[kind]}\n{len(k['groups'])} near-duplicate groups", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.suptitle(f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})",
-                 fontsize=9)
+    fig.suptitle(f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})"
+                 + ("; (pattern): a fixed head" if fixed else ""), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

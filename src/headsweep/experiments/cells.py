@@ -163,3 +163,14 @@ def learning_curve(run: Run) -> dict[int, dict[str, float]]:
                 if row.get(key) and row.get("step"):
                     curve.setdefault(int(row["step"]) + 1, {})[key] = float(row[key])  # logged at step - 1
     return curve
+
+
+def val_loss_rises(run: Run) -> list[tuple[int, float, float]] | None:
+    """(step, previous val/loss, val/loss) at each validation after the first where val/loss did not fall
+    below the one before; [] when it fell every time, None when the metrics CSV has fewer than two
+    validations (nothing to compare). A measurement for the report: training that diverges at a learning
+    rate shows first as a validation loss that goes up, long before test BLEU is computed."""
+    points = sorted((step, v["val/loss"]) for step, v in learning_curve(run).items() if "val/loss" in v)
+    if len(points) < 2:
+        return None
+    return [(step, prev, loss) for (_, prev), (step, loss) in zip(points, points[1:]) if loss >= prev]

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, learning_curve
+from headsweep.experiments.cells import Cell, learning_curve, val_loss_rises
 from headsweep.experiments.paper import COLUMNS
 from headsweep.reporting.markdown import details
 
@@ -112,7 +112,8 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
                      f"{fmt(paper.get('dev_bleu'), 1)}"
                      + (f", params {paper['params_M']:.0f} M" if paper.get("params_M") else ", no parameter count"))
     lines += [f"- {w}" for w in missing_words(c)]
-    return details(f"{display(c)}: runs, seeds, steps, precision, parameters, p-values", lines, anchor(c))
+    lines.append(f"- {cell_loss_words(c)}")
+    return details(f"{display(c)}: runs, seeds, steps, val loss, precision, parameters, p-values", lines, anchor(c))
 
 
 def missing_validations(c: Cell, metric: str = "val/bleu") -> list[tuple[int, list[int]]]:
@@ -130,6 +131,47 @@ def missing_words(c: Cell) -> list[str]:
                      f"(no such row in its metrics CSV); the learning curve there is the mean of "
                      f"{len(c.runs) - 1} of {len(c.runs)} seeds")
     return words
+
+
+def rise_words(rises: list[tuple[int, float, float]]) -> str:
+    """Where a run's val loss went up: each step with the loss before and at it (4 decimals: a rise of a
+    thousandth must not print as two equal numbers)."""
+    return "; ".join(f"{'rose' if loss > prev else 'did not fall'} at step {step} ({prev:.4f} → {loss:.4f})"
+                     for step, prev, loss in rises)
+
+
+def cell_loss_words(c: Cell) -> str:
+    """The cell's details: the seeds whose val loss fell at every validation, each seed where it did not
+    (step and values), and the seeds with too few validations to tell (said, not counted as falling)."""
+    checks = [(run, val_loss_rises(run)) for run in c.runs]
+    fell = [str(run.seed) for run, rises in checks if rises == []]
+    parts = [f"fell at every validation in seed{'s' * (len(fell) > 1)} {', '.join(fell)}"] if fell else []
+    parts += [f"seed {run.seed} (`{run.dir.name}`) {rise_words(rises)}" for run, rises in checks if rises]
+    unchecked = [str(run.seed) for run, rises in checks if rises is None]
+    if unchecked:
+        parts.append(f"seed{'s' * (len(unchecked) > 1)} {', '.join(unchecked)} not checked: fewer than two "
+                     "validations in the metrics CSV")
+    return "val loss " + "; ".join(parts)
+
+
+def loss_note(cells: list[Cell]) -> str:
+    """The report's one line on divergence (the ablation budget validates every 230 steps): val loss fell at
+    every validation after the first in all runs, or each run and cell where it rose, with the steps and
+    values. A measurement, not a failure: the report is written either way."""
+    checks = [(c, run, val_loss_rises(run)) for c in cells for run in c.runs]
+    rose = [f"  - `{run.dir.name}` ({display(c)}): {rise_words(rises)}" for c, run, rises in checks if rises]
+    unchecked = [f"`{run.dir.name}`" for _, run, rises in checks if rises is None]
+    n = len(checks) - len(unchecked)
+    if not n:
+        return "Val loss not checked for a rise between validations: no run has two in its metrics CSV."
+    if rose:
+        line = f"Val loss did not fall at every validation in {len(rose)} of {n} runs:\n" + "\n".join(rose)
+    else:
+        line = f"Val loss fell at every validation in all {n} runs"
+    if unchecked:
+        line += ("\n  - not checked" if rose else "; not checked") + \
+            f" ({len(unchecked)}, fewer than two validations in the metrics CSV): {', '.join(unchecked)}"
+    return line + ("" if rose else ".")
 
 
 # Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.
