@@ -310,3 +310,31 @@ def test_head_analysis_treats_fixed_heads_as_heads():
     prev = stats["prev"][0] / stats["prev"][1]
     nxt = stats["next"][0] / stats["next"][1]
     assert prev[0] == 1 and nxt[1] == 1 and prev[2] == 0 and nxt[2] == 0  # the roles analysis sees the patterns
+
+
+def test_shared_kv_transformer_equals_plain_one_with_repeated_kv_weights():
+    """The whole model, every attention kind, forward and backward: a kv_heads = 2 Transformer is the plain
+    h = 4 Transformer whose W^K / W^V rows are its shared heads repeated for their query heads, and each
+    shared weight's gradient is the sum of its copies' gradients. An independent check of the wiring
+    (encoder, decoder, cross-attention), not only of one layer."""
+    cfg = dict(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32, dropout=0.0)
+    torch.manual_seed(3)
+    shared, plain = Transformer(TransformerConfig(**cfg, kv_heads=2)), Transformer(TransformerConfig(**cfg))
+    expanded = {}
+    for name, p in shared.state_dict().items():
+        if any(f"{w}_proj" in name for w in "kv"):  # (kv * d, d_model) rows -> (h * d, ...), each head twice
+            p = p.view(2, -1, *p.shape[1:]).repeat_interleave(2, dim=0).flatten(0, 1)
+        expanded[name] = p
+    plain.load_state_dict(expanded)
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 6))
+    src[1, 5:] = 0  # padding in the source
+    out_shared, out_plain = shared(src, tgt), plain(src, tgt)
+    torch.testing.assert_close(out_shared, out_plain, atol=1e-5, rtol=1e-5)
+    out_shared.square().mean().backward()
+    out_plain.square().mean().backward()
+    grads = dict(plain.named_parameters())
+    for name, p in shared.named_parameters():
+        want = grads[name].grad
+        if any(f"{w}_proj" in name for w in "kv"):
+            want = want.view(2, 2, -1, *want.shape[1:]).sum(1).flatten(0, 1)
+        torch.testing.assert_close(p.grad, want, atol=1e-5, rtol=1e-4, msg=name)
