@@ -59,7 +59,8 @@ def test_comparisons_use_welch_and_holm_over_every_measure():
 
 
 def test_one_seed_says_there_is_no_spread():
-    groups = {"base": [C.specialisation(analysis())], "hd0.1": [C.specialisation(analysis(0.1, curve=(29.0, 20.0, 1.0)))]}
+    groups = {"base": [C.specialisation(analysis())],
+              "hd0.1": [C.specialisation(analysis(0.1, curve=(29.0, 20.0, 1.0)))]}
     words = C.verdict_words(C.comparisons(groups))
     assert "one seed in a cell: no spread, no test" in words[0] and "lower full-model BLEU" in words[0]
     assert "None of these differences is larger than the seed spread" in words[0]
@@ -72,7 +73,8 @@ def test_the_first_group_is_the_base_whatever_the_names_or_settings():
               "a-fixed4": [C.specialisation(analysis(curve=(30.0, 20.0, 0.0)))],
               "m-fixed7": [C.specialisation(analysis(curve=(20.0, 5.0, 0.0)))]}
     found = C.comparisons(groups)
-    assert {c["base"] for c in found} == {"z-base"} and [c["cell"] for c in found][::len(C.MEASURES)] == ["a-fixed4", "m-fixed7"]
+    assert {c["base"] for c in found} == {"z-base"}
+    assert [c["cell"] for c in found][::len(C.MEASURES)] == ["a-fixed4", "m-fixed7"]
     words = C.verdict_words(found)
     assert [w.split(",")[0] for w in words] == ["a-fixed4 against z-base", "m-fixed7 against z-base"]
     assert "a flatter pruning curve" in words[0] and "lower full-model BLEU" in words[1]
@@ -163,8 +165,10 @@ def test_fixed_vs_learned_table_and_words():
     assert rows == [
         "| base | encoder self-attention | learned | 4 of 4 | 1 | 100% | 2.00 | 0.80 | 0.70 | 38% |",
         # learned distance: 3.5 and 4.5 over the two seeds, 4.00 ± 0.71
-        "| fix2 | encoder self-attention | fixed | 2 of 4 | 2 | 54% ± 0% | 0.50 ± 0.00 | 0.10 ± 0.00 | 0.90 ± 0.00 | 50% ± 0% |",
-        "| fix2 | encoder self-attention | learned | 2 of 4 | 2 | 46% ± 0% | 4.00 ± 0.71 | 1.50 ± 0.00 | 0.50 ± 0.00 | 25% ± 0% |"]
+        "| fix2 | encoder self-attention | fixed | 2 of 4 | 2 | 54% ± 0% | 0.50 ± 0.00 | 0.10 ± 0.00 | 0.90 ± 0.00 "
+        "| 50% ± 0% |",
+        "| fix2 | encoder self-attention | learned | 2 of 4 | 2 | 46% ± 0% | 4.00 ± 0.71 | 1.50 ± 0.00 | 0.50 ± 0.00 "
+        "| 25% ± 0% |"]
     words = [line for line in lines if line.startswith("- ")]
     assert words[0] == ("- encoder self-attention, 0 fixed of 4 (base, n = 1): its heads attend at mean distance "
                         "2.00 tokens, entropy 0.80 nats, confidence 0.70, 38% with a role.")

@@ -159,9 +159,9 @@ def _side_words(kind: str, name: str, n_runs: int, n_fixed: int, n_heads: int, s
                 base: tuple[str, dict | None] | None) -> str:
     """One sentence: what the fixed heads carry, what the learned ones do, and the base's heads beside them."""
     def what(side: dict) -> str:
-        return (f"mean distance {_text(side['distance'], '{:.2f}', False)} tokens, entropy "
-                f"{_text(side['entropy'], '{:.2f}', False)} nats, confidence {_text(side['confidence'], '{:.2f}', False)}, "
-                f"{_text(side['with_role'], '{:.0%}', False)} with a role")
+        mean = {key: _text(side[key], fmt, sd=False) for key, _, fmt in SIDE_MEASURES}
+        return (f"mean distance {mean['distance']} tokens, entropy {mean['entropy']} nats, confidence "
+                f"{mean['confidence']}, {mean['with_role']} with a role")
 
     head = f"{kind}, {n_fixed} fixed of {n_heads} ({name}, n = {n_runs})"
     if sides["fixed"] is None:
