@@ -47,7 +47,7 @@ def test_measures_by_hand():
 def test_comparisons_use_welch_and_holm_over_every_measure():
     groups = {"hd0 (base)": [C.specialisation(analysis(curve=(30.0, c, 0.0))) for c in (10.0, 11.0, 12.0)],
               "hd0.2": [C.specialisation(analysis(head_dropout=0.2, curve=(30.0, c, 0.0))) for c in (20.0, 22.0, 21.0)]}
-    found = C.comparisons(groups)
+    found = C.comparisons(groups, "hd0 (base)")
     area = next(c for c in found if c["measure"] == "kept_area")
     want = ttest_ind(area["values"], area["base_values"], equal_var=False).pvalue
     assert area["p"] == pytest.approx(want)
@@ -61,18 +61,18 @@ def test_comparisons_use_welch_and_holm_over_every_measure():
 def test_one_seed_says_there_is_no_spread():
     groups = {"base": [C.specialisation(analysis())],
               "hd0.1": [C.specialisation(analysis(0.1, curve=(29.0, 20.0, 1.0)))]}
-    words = C.verdict_words(C.comparisons(groups))
+    words = C.verdict_words(C.comparisons(groups, "base"))
     assert "one seed in a cell: no spread, no test" in words[0] and "lower full-model BLEU" in words[0]
     assert "None of these differences is larger than the seed spread" in words[0]
 
 
-def test_the_first_group_is_the_base_whatever_the_names_or_settings():
-    """Cells, not head dropout: the base is the first group (the report puts the base cell first), even when
-    another group's name sorts first, and every other group is compared with it under its own name."""
-    groups = {"z-base": [C.specialisation(analysis(curve=(30.0, 10.0, 0.0)))],
-              "a-fixed4": [C.specialisation(analysis(curve=(30.0, 20.0, 0.0)))],
+def test_every_cell_is_compared_with_the_named_base_whatever_the_names_or_settings():
+    """Cells, not head dropout: the base is the group named so, not the first, nor the smallest name or
+    setting, and every other group is compared with it under its own name, in the given order."""
+    groups = {"a-fixed4": [C.specialisation(analysis(curve=(30.0, 20.0, 0.0)))],
+              "z-base": [C.specialisation(analysis(curve=(30.0, 10.0, 0.0)))],
               "m-fixed7": [C.specialisation(analysis(curve=(20.0, 5.0, 0.0)))]}
-    found = C.comparisons(groups)
+    found = C.comparisons(groups, "z-base")
     assert {c["base"] for c in found} == {"z-base"}
     assert [c["cell"] for c in found][::len(C.MEASURES)] == ["a-fixed4", "m-fixed7"]
     words = C.verdict_words(found)
@@ -97,7 +97,7 @@ def test_report_section_tabulates_cells(tmp_path):
     groups = write_runs(tmp_path, {"cell-b (base)": [analysis(curve=(30.0, m, 0.0)) for m in (10.0, 12.0)],
                                    "cell-a": [analysis(curve=(30.0, 20.0, 0.0))]})
     groups["no analysis"] = [tmp_path / "elsewhere"]  # a cell whose runs are not analysed: no row
-    md = C.report_section(groups, tmp_path / "out", "fixed_heads")
+    md = C.report_section(groups, tmp_path / "out", "fixed_heads", "cell-b (base)")
     assert md.startswith("## Head analysis: importance, pruning, redundancy by cell\n")
     assert (tmp_path / "out" / "fixed_heads_pruning.png").is_file()  # per sweep: reports share a folder
     rows = [line for line in md.splitlines() if line.startswith("| cell-")]
@@ -108,6 +108,14 @@ def test_report_section_tabulates_cells(tmp_path):
     assert "- cell-a against cell-b (base), n = 1 vs 2 seeds: " in md
     assert "Spearman's ρ" in md and "+0.30 ± 0.00 (n = 3)" in md
     assert "Fixed and learned heads" not in md  # no run has fixed heads
+
+    # the base not analysed (or no base): tabulated, not compared with whichever cell comes first
+    del groups["cell-b (base)"]
+    groups["cell-c"] = write_runs(tmp_path / "c", {"cell-c": [analysis(curve=(30.0, 5.0, 0.0))]})["cell-c"]
+    md = C.report_section(groups, tmp_path / "out", "fixed_heads", "cell-b (base)")
+    assert [line[:9] for line in md.splitlines() if line.startswith("| cell-")] == ["| cell-a ", "| cell-c "]
+    assert " against " not in md
+    assert "- No run of the base cell (cell-b (base)) is analysed: the cells are not compared." in md
 
 
 # ----------------------------------------------------------------------------- fixed against learned heads
@@ -158,9 +166,9 @@ def test_fixed_vs_learned_by_hand():
 
 
 def test_fixed_vs_learned_table_and_words():
-    assert F.fixed_vs_learned_lines({"base": [heads_run(fixed=False)]}) == []  # no fixed heads: no table
-    lines = F.fixed_vs_learned_lines({"base": [heads_run(fixed=False)],
-                                      "fix2": [heads_run(), heads_run(shift=1.0)]})
+    assert F.fixed_vs_learned_lines({"base": [heads_run(fixed=False)]}, "base") == []  # no fixed heads: no table
+    groups = {"base": [heads_run(fixed=False)], "fix2": [heads_run(), heads_run(shift=1.0)]}
+    lines = F.fixed_vs_learned_lines(groups, "base")
     rows = [line for line in lines if line.startswith("| base") or line.startswith("| fix2")]
     assert rows == [
         "| base | encoder self-attention | learned | 4 of 4 | 1 | 100% | 2.00 | 0.80 | 0.70 | 38% |",
@@ -174,12 +182,14 @@ def test_fixed_vs_learned_table_and_words():
                         "2.00 tokens, entropy 0.80 nats, confidence 0.70, 38% with a role.")
     assert words[1].startswith("- encoder self-attention, 2 fixed of 4 (fix2, n = 2): the fixed heads carry 54% of "
                                "the importance (50% of the heads); the learned heads attend at mean distance 4.00 "
-                               "tokens, entropy 1.50 nats, confidence 0.50, 25% with a role, the heads of base at "
-                               "mean distance 2.00 tokens")
+                               "tokens, entropy 1.50 nats, confidence 0.50, 25% with a role, the learned heads of "
+                               "base at mean distance 2.00 tokens")
+    alone = F.fixed_vs_learned_lines({"fix2": groups["fix2"]}, None)  # no base analysed: nothing beside them
+    assert alone[-2].endswith("confidence 0.50, 25% with a role.") and "of base" not in alone[-2]
 
 
 def test_report_section_has_the_fixed_table_when_a_run_has_fixed_heads(tmp_path):
     groups = write_runs(tmp_path, {"base": [{**analysis(), **heads_run(fixed=False)}],
                                    "fix2": [{**analysis(), **heads_run()}]})
-    md = C.report_section(groups, tmp_path / "out", "fixed_heads")
+    md = C.report_section(groups, tmp_path / "out", "fixed_heads", "base")
     assert "**Fixed and learned heads.**" in md and "| fix2 | encoder self-attention | fixed | 2 of 4 | 1 | 54% |" in md

@@ -184,11 +184,12 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
     (run / "analysis").mkdir()
     (run / "analysis" / "analysis.json").write_text("{}")
     calls = []
-    monkeypatch.setattr(R, "report_section", lambda groups, out_dir, sweep:
-                        calls.append((groups, out_dir, sweep)) or "## Heads\n\nfrom analyze")
+    monkeypatch.setattr(R, "report_section", lambda groups, out_dir, sweep, base:
+                        calls.append((groups, out_dir, sweep, base)) or "## Heads\n\nfrom analyze")
     R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
-    # grouped by cell under the table's name for it; cells without an analysed run are not passed
-    assert calls == [({"h4-dk64-dv64": [run]}, tmp_path / "r", "table3_a")]
+    # grouped by cell under the table's name for it; cells without an analysed run are not passed, the
+    # base's name is, to say that it has none
+    assert calls == [({"h4-dk64-dv64": [run]}, tmp_path / "r", "table3_a", "h8-dk32-dv32 (base)")]
     assert "\n## Heads\n\nfrom analyze\n" in (tmp_path / "r" / "table3_a.md").read_text()
 
     # more analysed cells: the base first (what every other cell is compared with), then the table's order

@@ -76,13 +76,11 @@ def _cv(scores: list[float]) -> float:
     return statistics.pstdev(scores) / mean if len(scores) > 1 and mean > 0 else math.nan
 
 
-def comparisons(groups: dict[str, list[dict]]) -> list[dict]:
-    """Every group (a cell's name: its runs' `specialisation`s) against the first, the base, measure by
-    measure: means, sds, n, Welch's p over seeds and its Holm adjustment over all the comparisons. The
-    first is the base because the report orders its cells so (group_cells puts the base first)."""
-    base_name, *others = groups
+def comparisons(groups: dict[str, list[dict]], base_name: str) -> list[dict]:
+    """Every group (a cell's name: its runs' `specialisation`s) against the base group, measure by measure:
+    means, sds, n, Welch's p over seeds and its Holm adjustment over all the comparisons."""
     out = []
-    for name in others:
+    for name in (n for n in groups if n != base_name):
         for key, *_ in MEASURES:
             base = [v for v in (r[key] for r in groups[base_name]) if not math.isnan(v)]
             cell = [v for v in (r[key] for r in groups[name]) if not math.isnan(v)]
@@ -127,15 +125,18 @@ def _pm(mean: float, sd: float | None, fmt: str) -> str:
     return fmt.format(mean) + (f" ± {fmt.format(sd)}" if sd is not None else "")
 
 
-def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str) -> str:
+def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, base: str | None) -> str:
     """A markdown section comparing the head analyses of a sweep's cells.
 
-    run_dirs: {cell name: its run directories}, the base cell first (every other cell is compared with
-    it); only runs with analysis/analysis.json count. Overlays the pruning curves (importance order, all
-    heads), one line per cell, mean ± sd over seeds, into out_dir/<sweep>_pruning.png (linked by file name,
-    so the markdown belongs in out_dir; per sweep, as every sweep's report shares out_dir), tabulates the
-    `specialisation` measures and says what differs beyond the seed spread; with fixed heads, what the
-    fixed and the learned heads each do.
+    run_dirs: {cell name: its run directories}, in the report's order; only runs with analysis/analysis.json
+    count. base: the base cell's name, which every other cell is compared with; when it is None (no cell
+    tagged base) or none of its runs is analysed, the cells are tabulated but not compared: comparing with
+    whichever cell happens to come first would read as if it were the base.
+
+    Overlays the pruning curves (importance order, all heads), one line per cell, mean ± sd over seeds, into
+    out_dir/<sweep>_pruning.png (linked by file name, so the markdown belongs in out_dir; per sweep, as every
+    sweep's report shares out_dir), tabulates the `specialisation` measures and says what differs beyond the
+    seed spread; with fixed heads, what the fixed and the learned heads each do.
     """
     title = "## Head analysis: importance, pruning, redundancy by cell"
     groups, skipped = _load(run_dirs)
@@ -154,6 +155,9 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str) -
         rows.append(row)
 
     s = analyses[0]["settings"]
+    compared = base in groups and len(groups) > 1
+    against = (f", each cell against {base} (Welch's t-test over seeds, Holm-corrected over every comparison "
+               "below)") if compared else ""
     lines = [
         title, "",
         f"Per run, on the first {s['sentences_decoded']} sentences of `{analyses[0]['split']}` (greedy BLEU): heads "
@@ -165,15 +169,16 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str) -
         "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
         f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over "
-        f"seeds, each cell against {next(iter(groups))} (Welch's t-test over seeds, Holm-corrected over every "
-        "comparison below); the test BLEU (beam) with its paired bootstrap is in the table above.", "",
+        f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.", "",
         figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
                "attention kinds, one line per cell, mean ± sd over seeds."), "",
     ]
     lines += [*table(["cell", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
-    words = verdict_words(comparisons(measured))
+    words = verdict_words(comparisons(measured, base)) if compared else \
+        [] if len(groups) < 2 else [f"No run of the base cell{f' ({base})' if base else ''} is analysed: the cells "
+                                    "are not compared."]
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
-    lines += fixed_vs_learned_lines(groups)
+    lines += fixed_vs_learned_lines(groups, base if base in groups else None)
     if skipped:
         lines += [f"({skipped} analysed run(s) left out: analysed with another --step.)", ""]
     return "\n".join(lines)

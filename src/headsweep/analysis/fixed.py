@@ -125,18 +125,18 @@ def _text(values: list[float], fmt: str, sd: bool = True) -> str:
     return fmt.format(statistics.fmean(values)) + spread
 
 
-def fixed_vs_learned_lines(groups: dict[str, list[dict]]) -> list[str]:
+def fixed_vs_learned_lines(groups: dict[str, list[dict]], base_name: str | None) -> list[str]:
     """The report's table of fixed against learned heads, per cell and attention kind that any run has fixed
     heads in, mean ± sd over the cell's seeds, and one sentence per cell and kind; [] when no run has fixed
-    heads. groups: {cell name: its analyses}, the base first; a cell without fixed heads of a kind (the
-    base) shows all its heads of that kind as learned, the yardstick for what the learned heads do."""
+    heads. groups: {cell name: its analyses}; a cell without fixed heads of a kind (the base) shows all its
+    heads of that kind as learned. base_name: the group whose learned heads the sentences set beside every
+    other cell's (None: no yardstick)."""
     kinds = [k for k in ATTENTION_KINDS if any(k in (a.get("fixed_heads") or {}) for rs in groups.values() for a in rs)]
     if not kinds:
         return []
     rows, words = [], []
-    base_name = next(iter(groups))
     for kind in kinds:
-        base = _over_seeds(groups[base_name], kind)["learned"]
+        base = _over_seeds(groups[base_name], kind)["learned"] if base_name in groups else None
         for name, runs in groups.items():
             sides, n_heads = _over_seeds(runs, kind), runs[0]["model"]["heads"]
             n_fixed = len((runs[0].get("fixed_heads") or {}).get(kind, {}))
@@ -145,7 +145,7 @@ def fixed_vs_learned_lines(groups: dict[str, list[dict]]) -> list[str]:
                     rows.append([name, KIND_NAMES[kind], side, f"{n} of {n_heads}", len(runs),
                                  *[_text(sides[side][key], fmt) for key, _, fmt in SIDE_MEASURES]])
             words.append(_side_words(KIND_NAMES[kind], name, len(runs), n_fixed, n_heads, sides,
-                                     None if name == base_name else (base_name, base)))
+                                     None if name == base_name or base is None else (base_name, base)))
     header = ["cell", "attention", "heads", "per layer", "runs", *[col for _, col, _ in SIDE_MEASURES]]
     return ["**Fixed and learned heads.** Per cell and attention kind with fixed heads, the fixed and the learned "
             "heads apart: their share of the importance (per layer, the heads' summed importance over the "
@@ -156,7 +156,7 @@ def fixed_vs_learned_lines(groups: dict[str, list[dict]]) -> list[str]:
 
 
 def _side_words(kind: str, name: str, n_runs: int, n_fixed: int, n_heads: int, sides: dict,
-                base: tuple[str, dict | None] | None) -> str:
+                base: tuple[str, dict] | None) -> str:
     """One sentence: what the fixed heads carry, what the learned ones do, and the base's heads beside them."""
     def what(side: dict) -> str:
         mean = {key: _text(side[key], fmt, sd=False) for key, _, fmt in SIDE_MEASURES}
@@ -171,6 +171,6 @@ def _side_words(kind: str, name: str, n_runs: int, n_fixed: int, n_heads: int, s
     if sides["learned"] is None:
         return said + "; no head is learned."
     said += f"; the learned heads attend at {what(sides['learned'])}"
-    if base is not None and base[1] is not None:
-        said += f", the heads of {base[0]} at {what(base[1])}"
+    if base is not None:
+        said += f", the learned heads of {base[0]} at {what(base[1])}"
     return said + "."

@@ -263,7 +263,8 @@ def analysis_section(sweep: str, cells: list[Cell], out_dir: Path) -> str | None
     order (the base first, which the section compares every other cell with); None when none is analysed."""
     groups = {display(c): [r.dir for r in c.runs if (r.dir / "analysis" / "analysis.json").is_file()] for c in cells}
     groups = {name: dirs for name, dirs in groups.items() if dirs}
-    return report_section(groups, out_dir, sweep) if groups else None
+    base = next((display(c) for c in cells if c.base), None)
+    return report_section(groups, out_dir, sweep, base) if groups else None
 
 
 def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[str]], images: list[Path]) -> bool:
