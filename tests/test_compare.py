@@ -115,7 +115,9 @@ def test_report_section_tabulates_cells(tmp_path):
     md = C.report_section(groups, tmp_path / "out", "fixed_heads", "cell-b (base)")
     assert [line[:9] for line in md.splitlines() if line.startswith("| cell-")] == ["| cell-a ", "| cell-c "]
     assert " against " not in md
-    assert "- No run of the base cell (cell-b (base)) is analysed: the cells are not compared." in md
+    assert "- No run of the base cell (cell-b (base)) is analysed: no cell is compared with it." in md
+    alone = C.report_section({"cell-b (base)": groups["cell-a"]}, tmp_path / "out", "fixed_heads", "cell-b (base)")
+    assert " against " not in alone and "No run of the base" not in alone  # the base alone: nothing to compare
 
 
 # ----------------------------------------------------------------------------- fixed against learned heads

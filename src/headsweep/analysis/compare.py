@@ -174,9 +174,8 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
                "attention kinds, one line per cell, mean ± sd over seeds."), "",
     ]
     lines += [*table(["cell", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
-    words = verdict_words(comparisons(measured, base)) if compared else \
-        [] if len(groups) < 2 else [f"No run of the base cell{f' ({base})' if base else ''} is analysed: the cells "
-                                    "are not compared."]
+    words = verdict_words(comparisons(measured, base)) if compared else [] if base in groups else \
+        [f"No run of the base cell{f' ({base})' if base else ''} is analysed: no cell is compared with it."]
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
     lines += fixed_vs_learned_lines(groups, base if base in groups else None)
     if skipped:
