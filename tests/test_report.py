@@ -184,13 +184,26 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
     (run / "analysis").mkdir()
     (run / "analysis" / "analysis.json").write_text("{}")
     calls = []
-    monkeypatch.setattr(R, "report_section",
-                        lambda run_dirs, out_dir: calls.append((run_dirs, out_dir)) or "## Heads\n\nfrom analyze")
+    monkeypatch.setattr(R, "report_section", lambda groups, out_dir, sweep, base:
+                        calls.append((groups, out_dir, sweep, base)) or "## Heads\n\nfrom analyze")
     R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
-    assert calls == [([run], tmp_path / "r")]
+    # grouped by cell under the table's name for it; cells without an analysed run are not passed, the
+    # base's name is, to say that it has none
+    assert calls == [({"h4-dk64-dv64": [run]}, tmp_path / "r", "table3_a", "h8-dk32-dv32 (base)")]
     assert "\n## Heads\n\nfrom analyze\n" in (tmp_path / "r" / "table3_a.md").read_text()
 
-    (run / "analysis" / "analysis.json").unlink()  # no analysed run: no section
+    # more analysed cells: the base first (what every other cell is compared with), then the table's order
+    analysed = [sweep_dir / "table3_a" / name for name in ("h2-dk128-dv128-s1", "h8-dk32-dv32-s2", "h8-dk32-dv32-s1")]
+    for d in analysed:
+        (d / "analysis").mkdir()
+        (d / "analysis" / "analysis.json").write_text("{}")
+    R.write_report("table3_a", sweep_dir, tmp_path / "r3", n_samples=50)
+    groups = calls[-1][0]
+    assert list(groups) == ["h8-dk32-dv32 (base)", "h2-dk128-dv128", "h4-dk64-dv64"]  # as the table (by h)
+    assert groups["h8-dk32-dv32 (base)"] == [analysed[2], analysed[1]]  # in seed order
+
+    for d in [run, *analysed]:  # no analysed run: no section
+        (d / "analysis" / "analysis.json").unlink()
     R.write_report("table3_a", sweep_dir, tmp_path / "r2", n_samples=50)
     assert "from analyze" not in (tmp_path / "r2" / "table3_a.md").read_text()
 

@@ -94,7 +94,13 @@ def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_p
     R.write_report("heads_specialise", sweep.parent, tmp_path / "r", n_samples=50)
     html = (tmp_path / "r" / "heads_specialise.html").read_text()
     assert "<title>heads_specialise: test BLEU by head dropout</title>" in html
-    assert "<pre" not in html and "<h2>Do heads specialise? Head dropout and pruning</h2>" in html
+    assert "<pre" not in html and "<h2>Head analysis: importance, pruning, redundancy by cell</h2>" in html
+    # the section's rows and words name the cells as the table above does, the base first
+    section = html[html.index("<h2>Head analysis"):]
+    base, other = (section.index(f"<td>h8-dk32-dv32-head_dropout{hd}</td>") for hd in ("0 (base)", "0.1"))
+    assert base < other
+    assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base), n = 2 vs 2 seeds: " in section
+    assert (tmp_path / "r" / "heads_specialise_pruning.png").is_file()
     assert "<strong>Prunable</strong>" in html and "**" not in html and "![" not in html and "|---" not in html
     assert "<code>" in html and "`" not in html  # inline code rendered, no backtick left
     header = html[html.index("<thead>"):html.index("</thead>")]

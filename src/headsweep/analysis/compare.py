@@ -1,9 +1,11 @@
-"""Do heads specialise, and does head dropout change that? The analyses of a sweep's runs compared.
+"""The head analyses of a sweep's runs compared cell by cell: importance, pruning, redundancy.
 
-Each analysed run (analysis/analysis.json) is reduced to a few numbers (`specialisation`); the runs are
-grouped by head_dropout, each group's mean ± sd over seeds is set beside the group without head
-dropout, and Welch's t-test over seeds (Holm-corrected over every comparison of the section) says which
-differences are larger than the seed spread. `make report SWEEP=heads_specialise` adds the section.
+Each analysed run (analysis/analysis.json) is reduced to a few numbers (`specialisation`); the report
+groups the runs by its cells (heads_specialise: head dropout 0, 0.1, 0.2; fixed_heads: 0, 4, 7 fixed
+encoder heads), each group's mean ± sd over seeds is set beside the base group's, and Welch's t-test over
+seeds (Holm-corrected over every comparison of the section) says which differences are larger than the
+seed spread. Where heads are fixed patterns, `headsweep.analysis.fixed.fixed_vs_learned_lines` adds what
+the fixed and the learned heads each do. `make report SWEEP=<sweep>` adds the section when runs are analysed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import statistics
 from pathlib import Path
 
+from headsweep.analysis.fixed import fixed_vs_learned_lines
 from headsweep.analysis.importance import KIND_NAMES
 from headsweep.reporting.markdown import figure, table
 from headsweep.reporting.plots import pyplot
@@ -73,20 +76,17 @@ def _cv(scores: list[float]) -> float:
     return statistics.pstdev(scores) / mean if len(scores) > 1 and mean > 0 else math.nan
 
 
-def comparisons(groups: dict[float, list[dict]]) -> list[dict]:
-    """Every head-dropout group against the one without (the smallest setting), measure by measure:
+def comparisons(groups: dict[str, list[dict]], base_name: str) -> list[dict]:
+    """Every group (a cell's name: its runs' `specialisation`s) against the base group, measure by measure:
     means, sds, n, Welch's p over seeds and its Holm adjustment over all the comparisons."""
-    base_hd = min(groups)
     out = []
-    for hd in sorted(groups):
-        if hd == base_hd:
-            continue
+    for name in (n for n in groups if n != base_name):
         for key, *_ in MEASURES:
-            base = [v for v in (r[key] for r in groups[base_hd]) if not math.isnan(v)]
-            cell = [v for v in (r[key] for r in groups[hd]) if not math.isnan(v)]
+            base = [v for v in (r[key] for r in groups[base_name]) if not math.isnan(v)]
+            cell = [v for v in (r[key] for r in groups[name]) if not math.isnan(v)]
             if base and cell:
                 constant = len(set(base)) == 1 and len(set(cell)) == 1  # no spread at all: nothing to test against
-                out.append({"head_dropout": hd, "base": base_hd, "measure": key, "base_values": base,
+                out.append({"cell": name, "base": base_name, "measure": key, "base_values": base,
                             "values": cell, "p": None if constant else seed_test(base, cell)})
     for c, p in zip(out, holm([c["p"] for c in out])):
         c["p_holm"] = p
@@ -94,12 +94,12 @@ def comparisons(groups: dict[float, list[dict]]) -> list[dict]:
 
 
 def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
-    """Per head-dropout setting, one sentence: the direction of each measure against no head dropout,
-    with mean ± sd and Welch/Holm p, and which differences survive the correction."""
+    """Per cell, one sentence: the direction of each measure against the base, with mean ± sd and
+    Welch/Holm p, and which differences survive the correction."""
     spec = {key: (fmt, up, down) for key, _, fmt, up, down in MEASURES}
     words = []
-    for hd in sorted({c["head_dropout"] for c in found}):
-        these = [c for c in found if c["head_dropout"] == hd]
+    for name in dict.fromkeys(c["cell"] for c in found):  # the cells in the report's order, once each
+        these = [c for c in found if c["cell"] == name]
         parts, real = [], []
         for c in these:
             fmt, up, down = spec[c["measure"]]
@@ -116,7 +116,7 @@ def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
         n1, n0 = len(these[0]["values"]), len(these[0]["base_values"])
         tail = (f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}." if real else
                 f"None of these differences is larger than the seed spread after Holm (p < {alpha:g}).")
-        words.append(f"head dropout {hd:g} against {these[0]['base']:g} (n = {n1} vs {n0} seeds): "
+        words.append(f"{name} against {these[0]['base']}, n = {n1} vs {n0} seeds: "
                      + "; ".join(parts) + ". " + tail)
     return words
 
@@ -125,39 +125,39 @@ def _pm(mean: float, sd: float | None, fmt: str) -> str:
     return fmt.format(mean) + (f" ± {fmt.format(sd)}" if sd is not None else "")
 
 
-def report_section(run_dirs: list[Path], out_dir: Path) -> str:
-    """A markdown section on the head-dropout sweep from the runs that have analysis/analysis.json.
+def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, base: str | None) -> str:
+    """A markdown section comparing the head analyses of a sweep's cells.
 
-    Overlays the pruning curves (importance order, all heads) with one line per head_dropout setting,
-    mean ± sd over seeds, into out_dir/heads_specialise_pruning.png (linked by file name, so the markdown
-    belongs in out_dir), tabulates the `specialisation` measures and says what differs beyond the seed spread.
+    run_dirs: {cell name: its run directories}, in the report's order; only runs with analysis/analysis.json
+    count. base: the base cell's name, which every other cell is compared with; when it is None (no cell
+    tagged base) or none of its runs is analysed, the cells are tabulated but not compared: comparing with
+    whichever cell happens to come first would read as if it were the base.
+
+    Overlays the pruning curves (importance order, all heads), one line per cell, mean ± sd over seeds, into
+    out_dir/<sweep>_pruning.png (linked by file name, so the markdown belongs in out_dir; per sweep, as every
+    sweep's report shares out_dir), tabulates the `specialisation` measures and says what differs beyond the
+    seed spread; with fixed heads, what the fixed and the learned heads each do.
     """
-    analyses = [json.loads(p.read_text()) for p in (Path(d) / "analysis" / "analysis.json" for d in run_dirs)
-                if p.is_file()]
-    title = "## Do heads specialise? Head dropout and pruning"
-    if not analyses:
+    title = "## Head analysis: importance, pruning, redundancy by cell"
+    groups, skipped = _load(run_dirs)
+    if not groups:
         return (f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
                 "`make analyze CKPT=<run dir>` for each run of the sweep.\n")
-    grid = analyses[0]["pruning"]["fractions"]
-    groups: dict[float, list[dict]] = {}
-    skipped = 0
-    for a in analyses:
-        if a["pruning"]["fractions"] != grid:
-            skipped += 1  # another --step: the curves cannot be averaged point by point
-            continue
-        groups.setdefault(float(a["model"].get("head_dropout") or 0.0), []).append(a)
-
-    png = _plot_curves(groups, grid, Path(out_dir))
-    measured = {hd: [specialisation(a) for a in runs] for hd, runs in groups.items()}
+    analyses = [a for runs in groups.values() for a in runs]
+    png = _plot_curves(groups, analyses[0]["pruning"]["fractions"], Path(out_dir) / f"{sweep}_pruning.png")
+    measured = {name: [specialisation(a) for a in runs] for name, runs in groups.items()}
     rows = []
-    for hd in sorted(groups):
-        row = [f"{hd:g}", len(groups[hd])]
+    for name, runs in measured.items():
+        row = [name, len(runs)]
         for key, _, fmt, *_ in MEASURES:
-            values = [v for v in (r[key] for r in measured[hd]) if not math.isnan(v)]
+            values = [v for v in (r[key] for r in runs) if not math.isnan(v)]
             row.append(_pm(*mean_sd(values), fmt) if values else "–")
         rows.append(row)
 
     s = analyses[0]["settings"]
+    compared = base in groups and len(groups) > 1
+    against = (f", each cell against {base} (Welch's t-test over seeds, Holm-corrected over every comparison "
+               "below)") if compared else ""
     lines = [
         title, "",
         f"Per run, on the first {s['sentences_decoded']} sentences of `{analyses[0]['split']}` (greedy BLEU): heads "
@@ -168,17 +168,37 @@ def report_section(run_dirs: list[Path], out_dir: Path) -> str:
         "heads, averaged over layers (1 = all heads equally important); **importance CV**: a layer's sd / mean of "
         "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
-        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over seeds; the test BLEU (beam) "
-        "with its paired bootstrap is in the table above.", "",
+        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over "
+        f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.", "",
         figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
-               "attention kinds, one line per head dropout setting, mean ± sd over seeds."), "",
+               "attention kinds, one line per cell, mean ± sd over seeds."), "",
     ]
-    lines += [*table(["head dropout", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
-    words = verdict_words(comparisons(measured))
+    lines += [*table(["cell", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
+    words = verdict_words(comparisons(measured, base)) if compared else [] if base in groups else \
+        [f"No run of the base cell{f' ({base})' if base else ''} is analysed: no cell is compared with it."]
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
+    lines += fixed_vs_learned_lines(groups, base if base in groups else None)
     if skipped:
         lines += [f"({skipped} analysed run(s) left out: analysed with another --step.)", ""]
     return "\n".join(lines)
+
+
+def _load(run_dirs: dict[str, list[Path]]) -> tuple[dict[str, list[dict]], int]:
+    """The analyses by cell, in the given order, cells without one left out; and how many analyses were
+    left out for another pruning grid than the first one's (their curves cannot be averaged point by point)."""
+    groups: dict[str, list[dict]] = {}
+    grid, skipped = None, 0
+    for name, dirs in run_dirs.items():
+        for path in (Path(d) / "analysis" / "analysis.json" for d in dirs):
+            if not path.is_file():
+                continue
+            a = json.loads(path.read_text())
+            grid = grid or a["pruning"]["fractions"]
+            if a["pruning"]["fractions"] != grid:
+                skipped += 1
+                continue
+            groups.setdefault(name, []).append(a)
+    return groups, skipped
 
 
 def _twin_words(analyses: list[dict]) -> list[str]:
@@ -198,14 +218,14 @@ def _twin_words(analyses: list[dict]) -> list[str]:
             "near twin cost less)."]
 
 
-def _plot_curves(groups: dict[float, list[dict]], grid: list[float], out_dir: Path) -> Path:
+def _plot_curves(groups: dict[str, list[dict]], grid: list[float], png: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = [100 * f for f in grid]
-    for hd in sorted(groups):
-        curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in groups[hd]]
+    for name, runs in groups.items():
+        curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in runs]
         mean = [statistics.fmean(c) for c in zip(*curves)]
-        line, = ax.plot(xs, mean, "o-", ms=3, label=f"head dropout {hd:g} (n={len(curves)})")
+        line, = ax.plot(xs, mean, "o-", ms=3, label=f"{name} (n={len(curves)})")
         if len(curves) > 1:
             sd = [statistics.stdev(c) for c in zip(*curves)]
             ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
@@ -215,9 +235,7 @@ def _plot_curves(groups: dict[float, list[dict]], grid: list[float], out_dir: Pa
     ax.set_title("pruning by importance, mean over seeds (± sd)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = out_dir / "heads_specialise_pruning.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return png
-

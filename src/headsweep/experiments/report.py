@@ -257,11 +257,14 @@ def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[s
     return "\n".join(md + ["## Method", "", *[f"- {m}" for m in method], ""])
 
 
-def analysis_section(run_dirs: list[Path], out_dir: Path) -> str | None:
+def analysis_section(sweep: str, cells: list[Cell], out_dir: Path) -> str | None:
     """The head-analysis section for the runs that have analysis/analysis.json (`make analyze`, or
-    analysis=... after training); None when there are none."""
-    analysed = [d for d in run_dirs if (d / "analysis" / "analysis.json").is_file()]
-    return report_section(analysed, out_dir) if analysed else None
+    analysis=... after training), grouped by the report's cells under their display names, in the table's
+    order (the base first, which the section compares every other cell with); None when none is analysed."""
+    groups = {display(c): [r.dir for r in c.runs if (r.dir / "analysis" / "analysis.json").is_file()] for c in cells}
+    groups = {name: dirs for name, dirs in groups.items() if dirs}
+    base = next((display(c) for c in cells if c.base), None)
+    return report_section(groups, out_dir, sweep, base) if groups else None
 
 
 def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[str]], images: list[Path]) -> bool:
@@ -299,7 +302,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else [])
     head = title(sweep, cells, keys)
     md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
-                        analysis_section([r.dir for r in runs], out_dir))
+                        analysis_section(sweep, cells, out_dir))
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md_path.write_text(md)
     html_path.write_text(page(head, md))
