@@ -99,7 +99,7 @@ def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_p
     section = html[html.index("<h2>Head analysis"):]
     base, other = (section.index(f"<td>h8-dk32-dv32-head_dropout{hd}</td>") for hd in ("0 (base)", "0.1"))
     assert base < other
-    assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base), n = 2 vs 2 seeds: " in section
+    assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base) (2 seeds vs 2 seeds): " in section
     assert (tmp_path / "r" / "heads_specialise_pruning.png").is_file()
     assert "<strong>Prunable</strong>" in html and "**" not in html and "![" not in html and "|---" not in html
     assert "<code>" in html and "`" not in html  # inline code rendered, no backtick left

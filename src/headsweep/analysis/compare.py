@@ -114,9 +114,12 @@ def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
             if c["p_holm"] is not None and c["p_holm"] < alpha:
                 real.append(said)
         n1, n0 = len(these[0]["values"]), len(these[0]["base_values"])
+        tested = any(c["p"] is not None for c in these)
         tail = (f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}." if real else
-                f"None of these differences is larger than the seed spread after Holm (p < {alpha:g}).")
-        words.append(f"{name} against {these[0]['base']}, n = {n1} vs {n0} seeds: "
+                f"None of these differences is larger than the seed spread after Holm (p < {alpha:g})." if tested
+                else "Nothing was tested: a seed spread needs two analysed seeds in each cell.")
+        seeds = lambda n: f"{n} seed" + ("" if n == 1 else "s")  # noqa: E731
+        words.append(f"{name} against {these[0]['base']} ({seeds(n1)} vs {seeds(n0)}): "
                      + "; ".join(parts) + ". " + tail)
     return words
 
