@@ -155,3 +155,14 @@ def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     saved = json.loads((tmp_path / "results" / "kv_heads" / "decode_speed.json").read_text())
     assert saved["cells"] == record["cells"]
     assert report_columns(tmp_path / "results" / "kv_heads")["h8-dk32-dv32-ff1024-kv1"]["KV cache (KiB/token)"] == "0.8"  # 768 B
+
+
+@needs_data
+def test_decode_speed_plans_a_sweep_with_the_budget_its_shipped_runs_trained_with(tmp_path):
+    """results/kv_heads holds ablation-budget runs: composed at another budget they would be "other
+    settings" and the bench would stop before timing anything."""
+    from headsweep.bench.decode_speed import cell_models
+
+    cells, _, precision, _ = cell_models("kv_heads", Path("results"), tmp_path / "multirun")
+    assert len(cells) == 6 and all(c["config"].trainer.max_steps == 1150 for c in cells)
+    assert precision == "bf16-mixed"  # the shipped runs' precision, whatever this CPU would choose

@@ -1,7 +1,7 @@
 """Beam-search speed and KV-cache size of every cell of a sweep, timed in one process against its base cell.
 
     python -m headsweep.bench.decode_speed --sweep kv_heads [--results results] [--sentences 0] [--beam 4]
-                                           [--repeats 1] [--precision 32-true]
+                                           [--repeats 1] [--precision 32-true] [--budget ablation]
 
 The cells are the sweep spec's (sweeps/<sweep>.yaml, composed as `make sweep` composes them). Each cell's
 model is the first seed's trained checkpoint when every cell has one on this machine (the run directory
@@ -41,9 +41,10 @@ from headsweep.training.translate import autocast_dtype
 
 
 
-def cell_models(name: str, results: Path, root: Path) -> tuple[list[dict], object, str, bool]:
-    """[{cell, base, config, checkpoint}], the test data module, the sweep's precision, trained or not."""
-    sweep = plan(name, seeds=None, results=results, root=root)
+def cell_models(name: str, results: Path, root: Path, budget: str = "ablation") -> tuple[list[dict], object, str, bool]:
+    """[{cell, base, config, checkpoint}], the test data module, the sweep's precision, trained or not. `budget`:
+    the one the sweep ran with (make sweep's default), so its jobs compose as they trained."""
+    sweep = plan(name, seeds=None, results=results, root=root, budget=budget)
     jobs = {}
     for job in sweep.jobs:  # the first seed of each cell
         jobs.setdefault(job.cell, job)
@@ -77,9 +78,9 @@ def measured_cache_bytes(net, src: torch.Tensor, token: int, steps: int = 3) -> 
 
 
 def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("multirun"), sentences: int = 0,
-                 beam: int = 4, repeats: int = 1, precision: str | None = None) -> dict:
+                 beam: int = 4, repeats: int = 1, precision: str | None = None, budget: str = "ablation") -> dict:
     """Sentences/s of beam search for each cell of the sweep, on the same test sentences in this process."""
-    cells, dm, sweep_precision, trained = cell_models(name, results, root)
+    cells, dm, sweep_precision, trained = cell_models(name, results, root, budget)
     precision = precision or sweep_precision
     dtype = autocast_dtype(precision)
     src, refs = dm.texts(dm.test_split)
@@ -157,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=4, help="beam size")
     p.add_argument("--repeats", type=int, default=1, help="rounds over every cell; each cell's best is kept")
     p.add_argument("--precision", default=None, help="e.g. 32-true; default: the sweep's training precision")
+    p.add_argument("--budget", default="ablation", help="the budget the sweep ran with (make sweep's BUDGET)")
     args = p.parse_args(argv)
     torch.manual_seed(0)
     try:
         record = decode_speed(args.sweep, args.results, args.multirun, args.sentences, args.beam, args.repeats,
-                              args.precision)
+                              args.precision, args.budget)
     except (SweepError, RunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
     else:
