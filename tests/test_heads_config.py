@@ -153,7 +153,7 @@ def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     assert rows["h8-dk32-dv32-ff1024-kv8"]["vs_base"] == 1.0 and all(r["sentences_per_s"] > 0 for r in rows.values())
     assert rows["h8-dk32-dv32-ff1024-kv8"]["kv_cache_bytes"]["self_per_target_token"] == 3 * 2 * 8 * 32 * 4
     saved = json.loads((tmp_path / "results" / "kv_heads" / "decode_speed.json").read_text())
-    assert saved["cells"] == record["cells"]
+    assert saved["cells"] == record["cells"] and saved["cpu"] == record["cpu"] and "bf16" in saved["cpu"]
     assert report_columns(tmp_path / "results" / "kv_heads")["h8-dk32-dv32-ff1024-kv1"]["KV cache (KiB/token)"] == "0.8"  # 768 B
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import platform
 import sys
 import time
 from pathlib import Path
@@ -102,7 +103,7 @@ def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("
     for r in rows:
         r["vs_base"] = r["sentences_per_s"] / base["sentences_per_s"]
         r["kv_cache_vs_base"] = r["kv_cache_bytes"]["self_per_target_token"] / base["kv_cache_bytes"]["self_per_target_token"]
-    record = {"sweep": name, "split": dm.test_split, "sentences": n, "beam": beam, "precision": precision,
+    record = {"sweep": name, "cpu": cpu_name(), "split": dm.test_split, "sentences": n, "beam": beam, "precision": precision,
               "threads": torch.get_num_threads(), "repeats": repeats,
               "weights": "trained: each cell's first seed" if trained else
                          "random: not every cell has a checkpoint here; every sentence decodes to the length limit",
@@ -111,6 +112,16 @@ def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("
     out.mkdir(parents=True, exist_ok=True)
     (out / OUTPUT).write_text(json.dumps(record, indent=1))
     return record
+
+
+def cpu_name() -> str:
+    """The CPU model and class the timings belong to (speed is only comparable within one CPU)."""
+    from headsweep.bench.ablation import cpu_class
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() \
+        else platform.processor()
+    return f"{model}, {cpu_class()}"
 
 
 def _time(module, batches, beam: int) -> tuple[float, int]:
@@ -137,7 +148,7 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
 
 
 def format_record(record: dict) -> str:
-    lines = [f"{record['sweep']}: beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
+    lines = [f"{record['sweep']}: CPU {record.get('cpu', '?')}; beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
              f"{record['precision']}, {record['threads']} threads; weights {record['weights']}",
              f"{'cell':<34}{'KV B/target tok':>16}{'x base':>8}{'B/source tok':>13}{'sent/s':>9}{'x base':>8}"
              f"{'out tokens':>12}{'params':>11}"]
