@@ -339,3 +339,23 @@ def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validatio
     note = R.notes(sweep_dir / "table3_a", runs, cells, R.summarize(cells, n_samples=50), [])
     assert any(line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n") and
                "did not fall at step 460 (3.0000 → 3.0000)" in line and "not checked (4," in line for line in note)
+
+
+def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_path):
+    """A base copied from an older sweep lacks keys added to the config since (data.hub_fallback, model.kv_heads):
+    where the data come from is no setting, and kv_heads takes its old behaviour (= h), so the only varied
+    key is kv_heads, the base sorts first, and nothing raises on the missing keys."""
+    from conftest import fake_run
+
+    fake_run(tmp_path, "kv", "z-base-s1", 1, 30.0, ["model.kv_heads=8"])  # loads last
+    old = tmp_path / "kv" / "z-base-s1" / "results.json"
+    results = json.loads(old.read_text())
+    del results["config"]["data"]["hub_fallback"], results["config"]["model"]["kv_heads"]
+    results["config"]["tags"] = ["cell-h8-dk32-dv32-kv8", "base"]
+    old.write_text(json.dumps(results))
+    for kv in (2, 4):
+        fake_run(tmp_path, "kv", f"kv{kv}-s1", 1, 25.0, [f"model.kv_heads={kv}"])
+    runs, left_out = R.load_runs(tmp_path / "kv", "kv")
+    cells = R.group_cells(runs)
+    assert not left_out and R.varied_keys(cells) == ["model.kv_heads"]
+    assert [c.runs[0].flat["model.kv_heads"] for c in cells] == [8, 2, 4] and cells[0].base

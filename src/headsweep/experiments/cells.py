@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from headsweep.experiments.specs import flatten_config, follows_heads
 from headsweep.experiments.paper import COLUMNS
+from headsweep.experiments.reuse import NOT_EXPERIMENT
 from headsweep.training.checks import default_cell
 from headsweep.training.runs import RESULTS, read_results
 
@@ -122,8 +123,11 @@ def varied_keys(cells: list[Cell]) -> list[str]:
     """Config keys that differ between cells and are constant within each (so not seeds), leaving out
     per-run paths (a value naming the run's directory), module.model (a copy of model) and BOOKKEEPING."""
     keys = []
+    every = set.intersection(*(set(r.flat) for c in cells for r in c.runs))
     for k in cells[0].runs[0].flat:
-        if k.startswith(BOOKKEEPING) or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs) \
+        # where the data come from is no setting (reuse.NOT_EXPERIMENT); a key that only newer runs record and
+        # flatten_config has no old behaviour for is not one either (a copied older run has none of it)
+        if k.startswith(BOOKKEEPING) or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT or k not in every or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs) \
                 or follows_heads(k, [r.flat for c in cells for r in c.runs]):
             continue
         per_cell = [{repr(r.flat.get(k)) for r in c.runs} for c in cells]
@@ -142,7 +146,7 @@ def group_cells(runs: list[Run]) -> list[Cell]:
     if len(cells) > 1:
         keys = varied_keys(cells)
         sort_value = lambda v: (isinstance(v, str), v if not isinstance(v, tuple) else str(v))  # noqa: E731
-        cells.sort(key=lambda c: (not c.base, [sort_value(c.runs[0].flat[k]) for k in keys]))
+        cells.sort(key=lambda c: (not c.base, [sort_value(c.runs[0].flat.get(k)) for k in keys]))
     return cells
 
 
