@@ -29,7 +29,7 @@ AVG ?=
 RESUME ?=
 SWEEPS ?=
 # make budget's sweeps holding the same cells at the ablation budget, preferred first
-AGAINST ?= table3_a,table3_b,heads_fixed_dk
+AGAINST ?= heads_budget_1x,table3_a,table3_b,heads_fixed_dk
 
 .PHONY: help setup train smoke test test-all bench params evaluate sweep report explain budget analyze prune clean
 
