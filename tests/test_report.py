@@ -359,3 +359,10 @@ def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_
     cells = R.group_cells(runs)
     assert not left_out and R.varied_keys(cells) == ["model.kv_heads"]
     assert [c.runs[0].flat["model.kv_heads"] for c in cells] == [8, 2, 4] and cells[0].base
+
+
+def test_p_values_below_three_decimals_print_as_a_bound_not_as_zero():
+    from headsweep.experiments.report_table import fmt_p, p_words
+    assert [fmt_p(p) for p in (0.0004, 0.0005, 0.012)] == ["< 0.001", "0.001", "0.012"]
+    assert p_words(0.0001) == "p < 0.001" and p_words(0.03) == "p = 0.030"
+    assert p_words(0.002, bound=True) == "p <= 0.002" and fmt_p(None) == "—"

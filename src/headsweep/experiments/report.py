@@ -169,7 +169,7 @@ def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
         seeds = ("; one seed per side, so nothing yet says whether training noise alone makes a difference "
                  "this large" if r["p_seeds"] is None else
                  f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
-                 f"significant (Welch p = {r['p_seeds']:.3f})")
+                 f"significant (Welch {p_words(r['p_seeds'])})")
         p = p_words(r["p_holm"], r["p_bound"])
         if r["p_holm"] < alpha:
             lines.append(f"{display(c)}: {direction} than the base by {abs(r['delta']):.2f} BLEU, significant after "

@@ -40,12 +40,14 @@ def fmt(value, digits: int = 2, sd=None) -> str:
 
 
 def fmt_p(p: float | None, bound: bool = False) -> str:
-    """A p-value; `bound`: the bootstrap's floor (no resample favoured the other side), so at most this."""
-    return "—" if p is None else f"<= {p:.3f}" if bound else f"{p:.3f}"
+    """A p-value to 3 decimals, "< 0.001" below what 3 decimals show (never "0.000"); `bound`: the
+    bootstrap's floor (no resample favoured the other side), so at most this."""
+    return "—" if p is None else f"<= {p:.3f}" if bound else "< 0.001" if p < 0.0005 else f"{p:.3f}"
 
 
-def p_words(p: float, bound: bool) -> str:
-    return f"p <= {p:.3f}" if bound else f"p = {p:.3f}"
+def p_words(p: float, bound: bool = False) -> str:
+    text = fmt_p(p, bound)
+    return f"p {text}" if text[0] in "<>" else f"p = {text}"
 
 
 def varies(cells: list[Cell], key: str, digits: int = 6) -> bool:
