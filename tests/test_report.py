@@ -366,3 +366,54 @@ def test_p_values_below_three_decimals_print_as_a_bound_not_as_zero():
     assert [fmt_p(p) for p in (0.0004, 0.0005, 0.012)] == ["< 0.001", "0.001", "0.012"]
     assert p_words(0.0001) == "p < 0.001" and p_words(0.03) == "p = 0.030"
     assert p_words(0.002, bound=True) == "p <= 0.002" and fmt_p(None) == "—"
+
+
+def make_sized_run(root: Path, data_dir: Path, d_model: int, h: int, seed: int, bleu: float, hyps: list[str]):
+    d_k = d_model // h
+    cell = f"h{h}-dk{d_k}-dv{d_k}-dm{d_model}-ff{4 * d_model}"
+    run = root / f"{cell}-s{seed}"
+    (run / "hypotheses").mkdir(parents=True)
+    cfg = compose([f"model.heads={h}", f"model.d_model={d_model}", f"model.d_ff={4 * d_model}", f"seed={seed}",
+                   "sweep=heads_by_width", f"run_name={cell}-s{seed}",
+                   f"tags=[cell-{cell}{',base' if (d_model, h) == (128, 8) else ''}]", f"paths.output_dir={run}",
+                   f"data.dir={data_dir}", "data.test_split=test", "data.limit_eval=5", "module.test_beam_size=1"])
+    hyp = run / "hypotheses" / "test.beam.en"
+    hyp.write_text("".join(x + "\n" for x in hyps))
+    results = {"status": "complete", "run_name": f"{cell}-s{seed}", "sweep": "heads_by_width",
+               "config": OmegaConf.to_container(cfg, resolve=True), "params": {"total": 1_000_000 * d_model},
+               "hypotheses": {"test.beam": str(hyp)},
+               "metrics": {"test/bleu": bleu, "test/chrf": 50.0, "val/bleu": bleu, "val/ppl": 9.0, "test/ppl": 9.0,
+                           "train/steps": cfg.trainer.max_steps}}
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")
+
+
+def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(tmp_path):
+    """heads_by_width: h = 32 at d_model 512 against h = 8 at d_model 512 (its size's base), not against the
+    d_model 128 base; h = 8 at d_model 512 against the base; h = 2 at d_model 128 against the base."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "heads_by_width"
+    good, bad = CELLS[8]["hyps"], CELLS[4]["hyps"]
+    bleus = {(128, 8): [30.0, 31.0], (128, 2): [32.0, 33.0], (512, 8): [36.0, 38.0], (512, 32): [33.0, 34.0]}
+    for (d_model, h), values in bleus.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_sized_run(root, data, d_model, h, seed, bleu, good if h == 8 else bad)
+    runs, _ = R.load_runs(root)
+    assert sorted({r.flat["module.peak_lr"] for r in runs}) == pytest.approx([2e-3 / 2 ** 0.5, 2e-3 * 2 ** 0.5])  # width
+    cells = R.group_cells(runs)
+    R.summarize(cells, n_samples=100)
+    rows = {c.label: c.row for c in cells}
+    wide_h32, wide_h8 = rows["h32-dk16-dv16-dm512-ff2048"], rows["h8-dk64-dv64-dm512-ff2048"]
+    assert wide_h32["against"] == "h8-dk64-dv64-dm512-ff2048" and wide_h32["delta"] == pytest.approx(33.5 - 37.0)
+    assert wide_h8["against"] is None and wide_h8["delta"] == pytest.approx(37.0 - 30.5)
+    assert rows["h2-dk64-dv64-dm128-ff512"]["against"] is None
+    assert rows["h2-dk64-dv64-dm128-ff512"]["delta"] == pytest.approx(32.5 - 30.5)
+    # the paper's row A h = 32 (d_k 16 at d_model 512) is this cell's row, read relative to its own size's base
+    assert (wide_h32["paper"]["row"], wide_h32["paper"]["h"], wide_h32["paper"]["d_k"]) == ("A", 32, 16)
+    columns, body = R.table(cells, R.varied_keys(cells))
+    against = [dict(zip(columns, row))["against"] for row in body]
+    assert sorted(against) == ["base", "base", "h8-dk64-dv64-dm512-ff2048", "—"]
+    assert any("worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w or
+               "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w for w in R.verdicts(cells))

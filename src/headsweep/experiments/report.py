@@ -31,6 +31,7 @@ from headsweep.experiments.report_site import index_record, write_index
 from headsweep.experiments.report_table import (cell_details, decode_speed_columns, display, loss_note, missing_words,
                                                 p_words, reader_name, shows_paper, table, varies)
 from headsweep.experiments.significance import paired_bootstrap
+from headsweep.experiments.specs import follows_width
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure
 from headsweep.reporting.markdown import table as markdown_table
@@ -38,6 +39,7 @@ from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_tes
 from headsweep.sizes import attention_flops
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
+SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
 METRICS = (("val_ppl", "val/ppl"), ("val_bleu", "val/bleu"), ("test_bleu", "test/bleu"), ("test_chrf", "test/chrf"),
            ("test_ppl", "test/ppl"))
 POOLING = ("p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
@@ -107,11 +109,33 @@ def cell_numbers(c: Cell) -> dict:
     return row
 
 
+def scaled_settings(c: Cell, other_keys: list[str]) -> tuple:
+    """A cell's settings with its size taken out: d_k and d_v relative to d_model, the rest as they are."""
+    flat = c.runs[0].flat
+    s = settings(flat)
+    rest = sorted((k, repr(v)) for k, v in s.items() if k not in (*SCALE, "d_k", "d_v"))
+    return (s["d_k"] / s["d_model"], s["d_v"] / s["d_model"], *rest, *(repr(flat.get(k)) for k in other_keys))
+
+
+def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[str]) -> Cell | None:
+    """What a cell is compared with: the base, but a cell of another model size (N, d_model, d_ff) is compared
+    with the base scaled to its size (the same h, d_k / d_model, d_v / d_model and other settings:
+    heads_by_width's h = 8 at d_model 512) where the sweep has that cell; that cell itself with the base. Row
+    A's question at each width is which h is best there, not how a wider model compares with a narrower base."""
+    if base is None or c is base:
+        return None
+    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
+    if size(c) == size(base):
+        return base
+    like_base = scaled_settings(base, other_keys)
+    return next((o for o in cells if o is not c and size(o) == size(c) and scaled_settings(o, other_keys) == like_base),
+                base)
+
+
 def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     """Fill each cell's row; return what the report says around the table."""
     base = next((c for c in cells if c.base), None)
     rows = table3()
-    base_settings = settings(base.runs[0].flat) if base else None
     paper_base = next(r for r in rows if r["row"] == "base")
     for c in cells:
         c.row.update(cell_numbers(c))
@@ -119,20 +143,25 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     floor = 1 / (n_samples + 1)  # sacreBLEU's p = (resamples favouring the base + 1) / (n + 1)
     # a cell that differs from the base in a setting Table 3 has no column for (head dropout, say) has no
     # paper row, even when its Table 3 columns equal the base's
-    other_keys = [k for k in varied_keys(cells) if k not in COLUMNS] if base and len(cells) > 1 else []
+    flats = [r.flat for c in cells for r in c.runs]
+    other_keys = [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)] \
+        if base and len(cells) > 1 else []
     for c in cells:
         row = c.row
-        row.update(delta=None, p=None, p_note=None, p_seeds=None)
-        if base is not None and c is not base:
-            row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - base.row["test_bleu"]
-            test = paired_bootstrap(base, c, n_samples)
+        ref = reference(c, cells, base, other_keys)
+        row.update(delta=None, p=None, p_note=None, p_seeds=None, against=None if ref is None or ref is base else ref.label)
+        if ref is not None:
+            row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - ref.row["test_bleu"]
+            test = paired_bootstrap(ref, c, n_samples)
             row["p"], row["p_note"] = test["p"], test.get("note")
-            row["p_seeds"] = seed_test(base.values("test/bleu"), c.values("test/bleu"))
+            row["p_seeds"] = seed_test(ref.values("test/bleu"), c.values("test/bleu"))
             signature = test.get("signature") or signature
         # at the floor, every smaller p is too: its Holm adjustment is a bound as well
         row["p_bound"] = row["p"] is not None and row["p"] <= floor * (1 + 1e-9)
         off_table = base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
-        paper = None if off_table else paper_row(settings(c.runs[0].flat), base_settings, rows)
+        # sizes relative to what the cell is compared with: h = 32 at d_model 512 is row A's h = 32 (d_k 16)
+        scale = settings((ref if ref is not None and ref is not base else base or c).runs[0].flat) if base else None
+        paper = None if off_table else paper_row(settings(c.runs[0].flat), scale, rows)
         row["paper"] = paper
         row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
     for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
@@ -166,16 +195,17 @@ def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
         if c.base or r["delta"] is None or r.get("p_holm") is None:
             continue
         direction = "better" if r["delta"] > 0 else "worse"
+        ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
         seeds = ("; one seed per side, so nothing yet says whether training noise alone makes a difference "
                  "this large" if r["p_seeds"] is None else
                  f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
                  f"significant (Welch {p_words(r['p_seeds'])})")
         p = p_words(r["p_holm"], r["p_bound"])
         if r["p_holm"] < alpha:
-            lines.append(f"{display(c)}: {direction} than the base by {abs(r['delta']):.2f} BLEU, significant after "
+            lines.append(f"{display(c)}: {direction} than {ref} by {abs(r['delta']):.2f} BLEU, significant after "
                          f"Holm's correction ({p}){seeds}.")
         else:
-            lines.append(f"{display(c)}: {r['delta']:+.2f} BLEU against the base, not significant after Holm's "
+            lines.append(f"{display(c)}: {r['delta']:+.2f} BLEU against {ref}, not significant after Holm's "
                          f"correction ({p}){seeds}.")
     return lines
 
@@ -213,6 +243,11 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
              f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; mean ± sd over seeds. "
              "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
              "(see Method)."]
+    scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})
+    if scaled:
+        lines.append("Cells of another model size (N, d_model, d_ff) than the base are compared with the base scaled to "
+                     f"their size ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
+                     "'against'), and that cell with the base; one Holm correction covers every comparison.")
     same = [f"{cells[0].row['params_M']:.2f} M parameters"] * (not varies(cells, "params_M"))
     same += [f"{cells[0].row['steps']:.0f} training steps"] * all(c.row["steps"] == c.row["max_steps"] for c in cells)
     for key in ("precision", "compile"):

@@ -68,9 +68,10 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
     steps = any(c.row["steps"] != cells[0].row["steps"] or c.row["steps"] < c.row["max_steps"] for c in cells)
     paper = shows_paper(cells)
     measured = list(dict.fromkeys(k for c in cells for k in c.row.get("measured", {})))  # e.g. decoding speed
+    scaled = any(c.row.get("against") for c in cells)  # some cells are compared with the base at their size
     columns = (["cell", "h", "d_k", "d_v", *map(reader_name, extra)] + ["params (M)"] * params
                + ["attn MFLOP/token"] * flops + measured + ["steps"] * steps
-               + ["BLEU test", "Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
+               + ["BLEU test"] + ["against"] * scaled + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
                + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper)
     body = []
     for c in cells:
@@ -79,7 +80,9 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row += [fmt(r["params_M"], 2)] * params + [fmt(r["attn_mflops"], 3)] * flops
         row += [r.get("measured", {}).get(k, "—") for k in measured]
         row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
-        row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"]), "—" if r["delta"] is None else f"{r['delta']:+.2f}",
+        row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"])]
+        row += [r.get("against") or ("—" if c.base else "base")] * scaled
+        row += ["—" if r["delta"] is None else f"{r['delta']:+.2f}",
                 fmt_p(r.get("p_holm"), r["p_bound"]), fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
                 fmt(r["val_bleu"], 2, r["val_bleu_sd"])]
         if paper:
@@ -106,7 +109,7 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         f"{r['attn_mflops']:.3f} MFLOP per token at {r['flops_context']} tokens of context",
     ]
     if not c.base and r["delta"] is not None:
-        lines.append(f"- against the base: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
+        lines.append(f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
                      f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
                      f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else ""))
     if paper:

@@ -123,6 +123,15 @@ def follows_heads(key: str, flats: list[dict]) -> bool:
     return key == "model.kv_heads" and all(f.get(key) == f.get("model.heads") for f in flats)
 
 
+def follows_width(key: str, flats: list[dict]) -> bool:
+    """A peak learning rate scaled by d_model^-0.5 in every run (conf/module: width_scaled_lr, the paper's
+    schedule) moves with the model size, not as a setting of its own: Table 3 has no column for it."""
+    if key != "module.peak_lr":
+        return False
+    scaled = {round(f[key] * f["model.d_model"] ** 0.5, 9) for f in flats if f.get(key) is not None}
+    return len(scaled) == 1 and all(f.get(key) is not None for f in flats)
+
+
 def label_part(key: str, value) -> str:
     alias = ALIASES.get(key) or LABEL_ALIASES.get(key) or key.rsplit(".", 1)[-1]
     text = f"{value:g}" if isinstance(value, float) else str(value)
