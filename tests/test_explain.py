@@ -45,3 +45,27 @@ def test_sweeps_of_different_budgets_are_refused_with_one_line(tmp_path, capsys)
     assert explain.main(["--sweeps", "a,b", "--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "different budgets: 1150 steps (a/h8-s1), 2300 steps (b/h8-s1)" in err
+
+
+def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
+    runs = {  # (h, d_model): per-seed BLEU; d_k = d_model / h (row A)
+        (1, 128): [32.0, 32.4, 32.2], (2, 128): [33.0, 33.4, 33.2], (8, 128): [30.0, 30.2, 30.4],
+        (8, 512): [36.0, 36.2], (32, 512): [35.9, 36.1]}
+    for (h, dm), values in runs.items():
+        for seed, bleu in enumerate(values, start=1):
+            fake_run(tmp_path, "w", f"h{h}-dm{dm}-s{seed}", seed, bleu,
+                     [f"model.heads={h}", f"model.d_model={dm}", f"model.d_ff={4 * dm}"])
+    # not row A (d_k fixed at 32): in the fit, not in the best-h table
+    fake_run(tmp_path, "w", "h16-dk32-dm128-s1", 1, 40.0, ["model.heads=16", "model.d_k=32", "model.d_v=32",
+                                                           "model.d_model=128", "model.d_ff=512"])
+    points, _ = explain.collect(tmp_path, ["w"])
+    rows = {r["d_model"]: r for r in explain.best_h_by_width(points)}
+    narrow, wide = rows[128], rows[512]
+    assert narrow["best"] == 2 and sorted(narrow["cells"]) == [1, 2, 8]
+    assert narrow["cells"][2]["mean"] == pytest.approx(33.2) and narrow["cells"][2]["n"] == 3
+    # h = 1 (32.2) and 8 (30.2) sit more than 4 seed-sds below h = 2: Welch tells both apart from the best
+    assert narrow["level"] == [] and narrow["p_vs_best"][1] < 0.05 and narrow["p_vs_best"][8] < 0.05
+    assert wide["best"] == 8 and wide["level"] == [32]  # 0.1 apart with sd 0.14: level
+    text = explain.write(tmp_path, ["w"], tmp_path / "out").read_text()
+    assert "| 128 | 32-true | 32.20 ± 0.20 (3), p " in text and "| **2** (64) | none |" in text
+    assert "| **8** (64) | 32 |" in text

@@ -10,6 +10,10 @@ different precisions (a sweep never mixes them) the fit adds an offset for bf16 
     python -m headsweep.experiments.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
                                             [--root results] [--out reports]
 
+It also answers "how does the best h change with model size": at each d_model, row A's cells there (d_k =
+d_v = d_model / h, so only h varies) side by side, the best h, and which h a Welch test over the seeds
+cannot tell apart from it.
+
 Only cells that differ from the default model in these sizes (and the width-scaled learning rate) enter
 the fit; a cell with another change (head dropout, fixed heads, ...) is listed as left out. Reads only
 results/.
@@ -28,7 +32,7 @@ from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.plots import pyplot
-from headsweep.reporting.stats import ols
+from headsweep.reporting.stats import mean_sd, ols, seed_test
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
@@ -108,6 +112,58 @@ def fit(points: list[Point]) -> dict:
     return ols(used, [p.bleu for p in points])
 
 
+def best_h_by_width(points: list[Point], alpha: float = 0.05) -> list[dict]:
+    """At each d_model, row A's cells (d_k = d_v = d_model / h) in one precision (the one with the most of
+    them: a width's cells are compared within one precision), the best h by mean test BLEU, and each other h
+    with Welch's p against the best (None with fewer than 2 seeds on a side); `level`: the h whose p is at
+    least alpha or None, which the seeds cannot tell from the best."""
+    out = []
+    for dm in sorted({p.d_model for p in points}):
+        row_a = [p for p in points if p.d_model == dm and p.d_k == p.d_v == dm // p.h and p.h * p.d_k == dm]
+        by_precision: dict[str, dict[int, list[float]]] = {}
+        for p in row_a:
+            by_precision.setdefault(p.precision, {}).setdefault(p.h, []).append(p.bleu)
+        if not by_precision:
+            continue
+        precision, cells = max(sorted(by_precision.items()), key=lambda kv: len(kv[1]))
+        if len(cells) < 2:
+            continue
+        best = max(cells, key=lambda h: statistics.fmean(cells[h]))
+        p_vs_best = {h: seed_test(cells[best], v) for h, v in cells.items() if h != best}
+        out.append({"d_model": dm, "precision": precision, "best": best,
+                    "cells": {h: {"mean": mean_sd(v)[0], "sd": mean_sd(v)[1], "n": len(v)} for h, v in sorted(cells.items())},
+                    "p_vs_best": p_vs_best,
+                    "level": sorted(h for h, p in p_vs_best.items() if p is None or p >= alpha),
+                    "others": sorted(by_precision.keys() - {precision})})
+    return out
+
+
+def best_h_lines(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    hs = sorted({h for r in rows for h in r["cells"]})
+    lines = ["## The best h at each width (row A: d_k = d_v = d_model / h)", "",
+             "Test BLEU, mean ± sd (seeds); each width in one precision; p: Welch's t-test over the seeds of each h "
+             "against the best h of its width.", "",
+             "| d_model | precision | " + " | ".join(f"h = {h}" for h in hs) + " | best h (d_k) | h the seeds cannot tell "
+             "from the best (p ≥ 0.05) |", "|---:|---|" + "---:|" * len(hs) + "---|---|"]
+    for r in rows:
+        cells = []
+        for h in hs:
+            c = r["cells"].get(h)
+            p = r["p_vs_best"].get(h)
+            cells.append("—" if c is None else f"{c['mean']:.2f} ± {c['sd']:.2f} ({c['n']})"
+                         + ("" if h == r["best"] or p is None else f", p {p:.3f}" if p >= 0.0005 else ", p < 0.001"))
+        level = ", ".join(map(str, r["level"])) or "none"
+        lines.append(f"| {r['d_model']} | {r['precision']} | " + " | ".join(cells)
+                     + f" | **{r['best']}** ({r['d_model'] // r['best']}) | {level} |")
+    skipped = [f"d_model {r['d_model']}: {', '.join(r['others'])}" for r in rows if r["others"]]
+    if skipped:
+        lines += ["", "Row A cells in another precision, left out of this table (not of the fit): "
+                  + "; ".join(skipped) + "."]
+    return [""] + lines
+
+
 def figure(points: list[Point], path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -154,6 +210,7 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     for name, t in result["terms"].items():
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
+    lines += best_h_lines(best_h_by_width(points))
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"
