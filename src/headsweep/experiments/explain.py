@@ -57,14 +57,23 @@ def _settings(flat: dict) -> dict:
             and not k.startswith("module.model.")}
 
 
-def collect(root: Path, sweeps: list[str]) -> tuple[list[Point], list[str]]:
-    """Each run of the sweeps that fits the view, and one line per run left out (and why)."""
-    default = _settings(flatten_config(compose(["budget=ablation"])))
-    points, left_out, seen = [], [], {}
+def read(root: Path, sweeps: list[str]) -> dict[str, tuple[list, list]]:
+    """Each sweep's finished runs and the runs left out (load_runs), read once."""
+    out = {}
     for sweep in sweeps:
         if not (root / sweep).is_dir():
             raise ReportError(f"no {root / sweep}: run `make sweep SWEEP={sweep}` first, or drop it from --sweeps")
-        runs, unfinished = load_runs(root / sweep)
+        out[sweep] = load_runs(root / sweep)
+    return out
+
+
+def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[list[Point], list[str]]:
+    """Each run of the sweeps that fits the view, and one line per run left out (and why)."""
+    default = _settings(flatten_config(compose(["budget=ablation"])))
+    points, left_out, seen = [], [], {}
+    loaded = loaded or read(root, sweeps)
+    for sweep in sweeps:
+        runs, unfinished = loaded[sweep]
         left_out += [f"{sweep}/{d.name}: {why}" for d, why in unfinished]
         for r in runs:
             other = {k: v for k, v in _settings(r.flat).items() if repr(default.get(k)) != repr(v)}
@@ -86,11 +95,11 @@ def collect(root: Path, sweeps: list[str]) -> tuple[list[Point], list[str]]:
     return points, left_out
 
 
-def check_budget(root: Path, sweeps: list[str]) -> int:
+def check_budget(loaded: dict[str, tuple[list, list]]) -> int:
     """The one number of training steps every run of the view has; one line naming the odd sweep if not."""
     steps = {}
-    for sweep in sweeps:
-        for r in load_runs(root / sweep)[0]:
+    for sweep, (runs, _) in loaded.items():
+        for r in runs:
             steps.setdefault(r.flat["trainer.max_steps"], f"{sweep}/{r.dir.name}")
     if len(steps) > 1:
         found = ", ".join(f"{n} steps ({run})" for n, run in steps.items())
@@ -192,8 +201,9 @@ def figure(points: list[Point], path: Path) -> Path:
 
 
 def write(root: Path, sweeps: list[str], out: Path) -> Path:
-    steps = check_budget(root, sweeps)
-    points, left_out = collect(root, sweeps)
+    loaded = read(root, sweeps)
+    steps = check_budget(loaded)
+    points, left_out = collect(root, sweeps, loaded)
     result = fit(points)
     out.mkdir(parents=True, exist_ok=True)
     png = figure(points, out / "explain-bleu-dk.png")
