@@ -4,6 +4,7 @@
 import copy
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -433,3 +434,22 @@ def test_analysis_records_and_marks_fixed_heads(tmp_path_factory, capsys, monkey
     assert not any(p.get_hatch() for ax in heat.axes[1:] for p in ax.patches)
     scatter = next(f for f in figures if f.axes and f.axes[0].get_title().startswith("importance vs confidence"))
     assert "fixed pattern head" in [t.get_text() for t in scatter.axes[0].get_legend().get_texts()]
+
+
+def test_wandb_tables_name_the_fixed_heads():
+    """The W&B tables of a shipped analysis with 4 fixed encoder heads (results/fixed_heads, seed 1): the
+    `fixed` column holds each head's pattern, "" for learned heads, in every per-head table."""
+    path = Path(__file__).parents[1] / "results/fixed_heads/h8-dk32-dv32-fixed_enc4-s1/analysis/analysis.json"
+    a = json.loads(path.read_text())
+    tables = A.wandb_tables(a)
+    cols, rows = tables["importance_table"]
+    fixed = {(r[0], r[2]): r[cols.index("fixed")] for r in rows}
+    assert [fixed["enc_self", h] for h in range(8)] == ["cur", "prev", "next", "left3", "", "", "", ""]
+    assert {v for (kind, _), v in fixed.items() if kind != "enc_self"} == {""}
+    assert len(rows) == 3 * 3 * 8  # kinds x layers x heads
+    for name, head_col in (("single_head", "head"), ("roles", "head"), ("best_head_only", "kept_head")):
+        cols, rows = tables[name]
+        assert all((r[cols.index("fixed")] != "") == (r[0] == "enc_self" and r[cols.index(head_col)] < 4)
+                   for r in rows), name
+    cols, rows = tables["roles"]
+    assert rows[0][cols.index("importance")] == a["roles"]["heads"][0]["importance"]  # columns still line up

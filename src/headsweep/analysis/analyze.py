@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from headsweep.analysis.fixed import pattern_of
 from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.maps import resolve_sentences
 from headsweep.analysis.markdown import markdown, summary
@@ -79,6 +80,37 @@ def analyze(ckpt: str | Path, settings: AnalysisSettings | None = None, *, out_d
     return analysis, out
 
 
+def wandb_tables(a: dict) -> dict[str, tuple[list[str], list[list]]]:
+    """The analysis's tables for W&B, name -> (columns, rows); a head's `fixed` column holds its pattern
+    (model.fixed_heads) or "" for a learned head, so a dashboard can tell fixed heads apart."""
+    fixed = lambda kind, head: pattern_of(a.get("fixed_heads"), kind, head) or ""  # noqa: E731
+    imp = a["importance"]
+    tables = {"importance_table": (
+        ["kind", "layer", "head", "fixed", "importance_raw", "importance_normalised"],
+        [[k, l, h, fixed(k, h), imp["raw"][k][l][h], imp["normalised"][k][l][h]]
+         for k in ATTENTION_KINDS for l in range(len(imp["raw"][k])) for h in range(len(imp["raw"][k][l]))])}
+    cols = ["kind", "layer", "head", "loss", "delta_loss", "delta_loss_se"]
+    tables["single_head"] = ([*cols[:3], "fixed", *cols[3:]],
+                             [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])]
+                              for r in a["single_head"]])
+    cols = ["kind", "layer", "kept_head", "bleu", "delta_bleu", "loss", "delta_loss", "delta_loss_se"]
+    tables["best_head_only"] = ([*cols[:3], "fixed", *cols[3:]],
+                                [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["kept_head"]), *(r[c] for c in cols[3:])]
+                                 for r in a["best_head_only"]])
+    rows = []
+    for pool, p in a["pruning"]["pools"].items():
+        for i, f in enumerate(a["pruning"]["fractions"]):
+            rnd = p["random"]
+            rows.append([pool, f, p["n_removed"][i], p["importance"]["bleu"][i], p["importance"]["loss"][i],
+                         rnd["bleu_mean"][i] if rnd["runs"] else None, rnd["bleu_sd"][i] if rnd["runs"] else None])
+    tables["pruning"] = (["pool", "fraction", "n_removed", "bleu", "loss", "random_bleu_mean", "random_bleu_sd"], rows)
+    cols = ["kind", "layer", "head", "importance", "delta_loss", *METRICS, "role"]
+    tables["roles"] = ([*cols[:3], "fixed", *cols[3:]],
+                       [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])]
+                        for r in a["roles"]["heads"]])
+    return tables
+
+
 def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | None) -> None:
     """A new W&B run in the training run's project, job_type "analysis": images, tables, summary."""
     import wandb
@@ -95,25 +127,8 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
         for m in a["attention_maps"]:
             payload.update({f"analysis/attention/{m['tag']}/{kind}": wandb.Image(str(out / name))
                             for kind, name in m["files"].items()})
-        imp = a["importance"]
-        payload["analysis/importance_table"] = wandb.Table(
-            columns=["kind", "layer", "head", "importance_raw", "importance_normalised"],
-            data=[[k, l, h, imp["raw"][k][l][h], imp["normalised"][k][l][h]]
-                  for k in ATTENTION_KINDS for l in range(len(imp["raw"][k])) for h in range(len(imp["raw"][k][l]))])
-        cols = ["kind", "layer", "head", "loss", "delta_loss", "delta_loss_se"]
-        payload["analysis/single_head"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["single_head"]])
-        cols = ["kind", "layer", "kept_head", "bleu", "delta_bleu", "loss", "delta_loss", "delta_loss_se"]
-        payload["analysis/best_head_only"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["best_head_only"]])
-        rows = []
-        for pool, p in a["pruning"]["pools"].items():
-            for i, f in enumerate(a["pruning"]["fractions"]):
-                rnd = p["random"]
-                rows.append([pool, f, p["n_removed"][i], p["importance"]["bleu"][i], p["importance"]["loss"][i],
-                             rnd["bleu_mean"][i] if rnd["runs"] else None, rnd["bleu_sd"][i] if rnd["runs"] else None])
-        payload["analysis/pruning"] = wandb.Table(
-            columns=["pool", "fraction", "n_removed", "bleu", "loss", "random_bleu_mean", "random_bleu_sd"], data=rows)
-        cols = ["kind", "layer", "head", "importance", "delta_loss", *METRICS, "role"]
-        payload["analysis/roles"] = wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in a["roles"]["heads"]])
+        payload.update({f"analysis/{name}": wandb.Table(columns=cols, data=rows)
+                        for name, (cols, rows) in wandb_tables(a).items()})
         run.log(payload)
         run.summary.update({"analysis/bleu_full": a["full"]["bleu"], "analysis/loss_full": a["full"]["loss"],
                             **{f"analysis/prunable/{pool}": p["prunable"]["importance"]
