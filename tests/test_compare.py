@@ -37,6 +37,10 @@ def test_measures_by_hand():
     assert (m["bleu"], m["prunable"]) == (30.0, 0.5)
     three = C.specialisation(analysis(groups=((("L0H0", "L0H1"), ("L1H2", "L1H3", "L1H4")), (("L2H0", "L2H1"),))))
     assert (m["near_duplicates"], three["near_duplicates"]) == (2.0, 7.0)  # heads in groups, over every kind
+    # fixed encoder heads 0 and 1 (cur in every layer): L1H0-L2H0 are copies by construction and not counted;
+    # the learned L1H2 beside fixed L0H1 is
+    fixed = {**analysis(groups=((("L1H0", "L2H0"), ("L0H1", "L1H2")),)), "fixed_heads": {"enc_self": {"0": "cur", "1": "prev"}}}
+    assert C.specialisation(fixed)["near_duplicates"] == 1.0
     flat = C.specialisation(analysis(curve=(30.0, 30.0, 30.0), layers=((2.0, 1.0, 1.0),)))
     assert flat["kept_area"] == pytest.approx(1.0)
     p = [0.5, 0.25, 0.25]

@@ -15,7 +15,7 @@ import math
 import statistics
 from pathlib import Path
 
-from headsweep.analysis.fixed import fixed_vs_learned_lines
+from headsweep.analysis.fixed import fixed_vs_learned_lines, pattern_of
 from headsweep.analysis.importance import KIND_NAMES
 from headsweep.reporting.markdown import figure, table
 from headsweep.reporting.plots import pyplot
@@ -45,8 +45,9 @@ def specialisation(a: dict) -> dict[str, float]:
     importance_cv: a layer's sd / mean of importance, averaged likewise (0 = all equal). Evenness sits near 1
     whenever no head is negligible (0.995 on our h = 8 models), where the CV still separates models.
     mean_js: mean pairwise Jensen-Shannon divergence of the heads' attention, averaged over kinds.
-    near_duplicates: how many heads are in a group of near-duplicates (closer than the analysis's
-    redundancy threshold to another head of their kind), over all kinds.
+    near_duplicates: how many learned heads are in a group of near-duplicates (closer than the analysis's
+    redundancy threshold to another head of their kind), over all kinds. Fixed heads are not counted: the
+    same pattern in every layer makes twins by construction; a learned head that copies one is.
     """
     pool = a["pruning"]["pools"]["all"]
     grid, curve, full = a["pruning"]["fractions"], pool["importance"]["bleu"], a["full"]["bleu"]
@@ -60,7 +61,9 @@ def specialisation(a: dict) -> dict[str, float]:
         "evenness": statistics.fmean(_evenness(s) for s in layers),
         "importance_cv": statistics.fmean(_cv(s) for s in layers),
         "mean_js": statistics.fmean(k["mean_js_bits"] for k in red.values()) if red else math.nan,
-        "near_duplicates": float(sum(len(g) for k in red.values() for g in k.get("groups", []))) if red else math.nan,
+        "near_duplicates": float(sum(not pattern_of(a.get("fixed_heads"), kind, int(name.rsplit("H", 1)[1]))
+                                     for kind, k in red.items() for g in k.get("groups", []) for name in g))
+        if red else math.nan,
     }
 
 
@@ -171,7 +174,8 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
         "heads, averaged over layers (1 = all heads equally important); **importance CV**: a layer's sd / mean of "
         "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
-        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind. Mean ± sd over "
+        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind (learned heads only: copies "
+        "of a fixed pattern are twins by construction). Mean ± sd over "
         f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.", "",
         figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
                "attention kinds, one line per cell, mean ± sd over seeds."), "",
