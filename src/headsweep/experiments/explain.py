@@ -173,6 +173,26 @@ def best_h_lines(rows: list[dict]) -> list[str]:
     return [""] + lines
 
 
+def best_h_figure(rows: list[dict], path: Path) -> Path:
+    """Row A at each width: test BLEU against h (log axis), one line per d_model, the best h ringed."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for r in rows:
+        hs = list(r["cells"])
+        means, sds = [r["cells"][h]["mean"] for h in hs], [r["cells"][h]["sd"] or 0.0 for h in hs]
+        line = ax.errorbar(hs, means, yerr=sds, marker="o", capsize=3, label=f"d_model {r['d_model']} ({r['precision']})")
+        ax.plot([r["best"]], [r["cells"][r["best"]]["mean"]], "o", ms=13, mfc="none", color=line[0].get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
+    ax.set_ylabel("test BLEU (beam 4), mean ± sd over seeds")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def figure(points: list[Point], path: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
@@ -220,7 +240,13 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     for name, t in result["terms"].items():
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
-    lines += best_h_lines(best_h_by_width(points))
+    best = best_h_by_width(points)
+    lines += best_h_lines(best)
+    if best:
+        png_h = best_h_figure(best, out / "explain-best-h.png")
+        lines += ["", f"![Row A at each width: test BLEU against h]({png_h.name})", "",
+                  "*Row A at each width: test BLEU against h (d_k = d_model / h), mean ± sd over seeds; the best h "
+                  "ringed.*"]
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"
