@@ -2,7 +2,7 @@
 cell of a sweep trained longer (heads_budget_2x: 2,300 steps) beside the same cell at the shorter budget
 (1x) found in other sweeps, its gap to the base cell at both budgets, and the change in that gap.
 
-    python -m headsweep.experiments.budget --sweep heads_budget_2x --against table3_a,table3_b,heads_fixed_dk
+    python -m headsweep.experiments.budget --sweep heads_budget_2x --against heads_budget_1x,table3_a,table3_b,heads_fixed_dk
                                            [--root results] [--out reports]
 
 Writes reports/<sweep>-budget.md, .html and -budget-curves.png; reads only results/.
@@ -226,7 +226,7 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", default="heads_budget_2x", help="the sweep at the longer budget")
-    parser.add_argument("--against", default="table3_a,table3_b,heads_fixed_dk",
+    parser.add_argument("--against", default="heads_budget_1x,table3_a,table3_b,heads_fixed_dk",
                         help="comma-separated sweeps holding the same cells at the shorter budget, preferred first")
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
