@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from headsweep.experiments import launch as L, planning as P, sweep as S
+from headsweep.experiments import launch as L, planning as P, sweep as S, sweep_settings
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.config import SWEEPS_DIR, auto_precision, compose
 from headsweep.training.runs import is_complete
@@ -24,8 +24,18 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    studies = {"heads_specialise", "heads_fixed_dk", "heads_by_width", "heads_budget_2x", "heads_budget_1x", "kv_heads", "fixed_heads"}
+    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_by_width", "heads_budget_2x", "heads_budget_1x", "kv_heads", "fixed_heads"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
+
+
+def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3_a(tmp_path):
+    # the shipped results/: table3_a's fp32 h = 8 runs are this sweep's base, so only h = 16 / 32 train
+    sweep = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=Path("results"))
+    assert "trainer.precision=32-true" in sweep.common
+    base = [j for j in sweep.jobs if j.base]
+    assert [j.same_as.relative_to(Path("results").resolve()).as_posix() for j in base] == \
+        [f"table3_a/h8-dk32-dv32-s{s}" for s in (1, 2, 3)]
+    assert {j.cell for j in sweep.jobs if not j.base} == {"h16-dk32-dv32", "h32-dk32-dv32"}
 
 
 def test_heads_specialise_analyses_every_job(tmp_path):
@@ -130,7 +140,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_by_width, heads_fixed_dk, heads_specialise, kv_heads," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_specialise, kv_heads," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
@@ -499,10 +509,12 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
     assert [j.done for j in again.jobs] == [True, False, False] and is_complete(job.export)
 
 
-def test_shipped_reference_results_are_done_under_their_budget(tmp_path):
+def test_shipped_reference_results_are_done_under_their_budget(tmp_path, monkeypatch):
     """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep>` plans under its default budget
     (ablation), the same settings and seed, and counts as done: resuming a reference sweep never mixes
     configs, and `make sweep SWEEP=table3_a DRY=1` lists its 18 jobs done."""
+    # the bf16 sweeps plan on any CPU here: this test reads the plan, and an AVX2-only CPU would stop it
+    monkeypatch.setattr(sweep_settings, "cpu_has_bf16", lambda: True)
     shipped = SWEEPS_DIR.parent / "results"
     sweeps = sorted(d.name for d in shipped.iterdir() if (SWEEPS_DIR / f"{d.name}.yaml").is_file())
     assert {"table3_a", "table3_b", "heads_specialise"} <= set(sweeps)
@@ -546,7 +558,8 @@ def test_cells_in_different_precisions_are_refused(tmp_path):
     specs = write_spec(tmp_path, {"trainer.precision": {"values": ["32-true", "bf16-mixed"]}})
     with pytest.raises(S.SweepError, match="different trainer.precision"):
         P.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
-    specs = write_spec(tmp_path, {"trainer": {"values": ["cpu", "gpu"]}})
+    # precision pinned: on a CPU without bf16 units the two trainers' precisions would differ first
+    specs = write_spec(tmp_path, {"trainer": {"values": ["cpu", "gpu"]}, "trainer.precision": {"value": "bf16-mixed"}})
     with pytest.raises(S.SweepError, match="different trainer.accelerator"):
         P.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
 
