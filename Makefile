@@ -31,7 +31,7 @@ SWEEPS ?=
 # make budget's sweeps holding the same cells at the ablation budget, preferred first
 AGAINST ?= heads_budget_1x,table3_a,table3_b,heads_fixed_dk
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain budget analyze prune clean
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain lengths budget analyze prune clean
 
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
@@ -80,6 +80,9 @@ report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from res
 
 explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
 	$(PY) -m headsweep.experiments.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+
+lengths: setup  ## Narrow heads vs sentence length (low-rank bottleneck?): make lengths [SWEEPS=table3_a,table3_b]
+	$(PY) -m headsweep.experiments.lengths --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 # make budget's own default sweep; SWEEP=... on the command line still wins
 budget: SWEEP = heads_budget_2x

@@ -56,6 +56,13 @@ def copy_run_dir(run: Path, dest: Path) -> Path:
 
 
 @pytest.fixture
+def bf16_cpu(monkeypatch):
+    """Plan the shipped bf16 sweeps as on a CPU with bf16 units: a test that reads their plan would otherwise
+    stop where an AVX2-only CPU refuses to resume them (the refusal has its own test)."""
+    monkeypatch.setattr("headsweep.experiments.sweep_settings.cpu_has_bf16", lambda: True)
+
+
+@pytest.fixture
 def run_copy(tiny_run, tmp_path) -> Path:
     return copy_run_dir(tiny_run, tmp_path / "run")
 

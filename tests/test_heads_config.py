@@ -158,7 +158,7 @@ def test_decode_speed_times_every_cell_against_the_base(tmp_path):
 
 
 @needs_data
-def test_decode_speed_plans_a_sweep_with_the_budget_its_shipped_runs_trained_with(tmp_path):
+def test_decode_speed_plans_a_sweep_with_the_budget_its_shipped_runs_trained_with(tmp_path, bf16_cpu):
     """results/kv_heads holds ablation-budget runs: composed at another budget they would be "other
     settings" and the bench would stop before timing anything."""
     from headsweep.bench.decode_speed import cell_models

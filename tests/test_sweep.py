@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from headsweep.experiments import launch as L, planning as P, sweep as S, sweep_settings
+from headsweep.experiments import launch as L, planning as P, sweep as S
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.config import SWEEPS_DIR, auto_precision, compose
 from headsweep.training.runs import is_complete
@@ -29,12 +29,16 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
 
 
 def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3_a(tmp_path):
-    # the shipped results/: table3_a's fp32 h = 8 runs are this sweep's base, so only h = 16 / 32 train
-    sweep = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=Path("results"))
+    # the shipped table3_a (alone: results/ may hold this sweep's copies already): its fp32 h = 8 runs are this
+    # sweep's base, so only h = 16 / 32 train
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "table3_a").symlink_to(Path("results/table3_a").resolve())
+    sweep = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert "trainer.precision=32-true" in sweep.common
     base = [j for j in sweep.jobs if j.base]
-    assert [j.same_as.relative_to(Path("results").resolve()).as_posix() for j in base] == \
-        [f"table3_a/h8-dk32-dv32-s{s}" for s in (1, 2, 3)]
+    assert [(j.same_as.parent.name, j.same_as.name) for j in base] == \
+        [("table3_a", f"h8-dk32-dv32-s{s}") for s in (1, 2, 3)]
     assert {j.cell for j in sweep.jobs if not j.base} == {"h16-dk32-dv32", "h32-dk32-dv32"}
 
 
@@ -509,12 +513,10 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
     assert [j.done for j in again.jobs] == [True, False, False] and is_complete(job.export)
 
 
-def test_shipped_reference_results_are_done_under_their_budget(tmp_path, monkeypatch):
+def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cpu):
     """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep>` plans under its default budget
     (ablation), the same settings and seed, and counts as done: resuming a reference sweep never mixes
     configs, and `make sweep SWEEP=table3_a DRY=1` lists its 18 jobs done."""
-    # the bf16 sweeps plan on any CPU here: this test reads the plan, and an AVX2-only CPU would stop it
-    monkeypatch.setattr(sweep_settings, "cpu_has_bf16", lambda: True)
     shipped = SWEEPS_DIR.parent / "results"
     sweeps = sorted(d.name for d in shipped.iterdir() if (SWEEPS_DIR / f"{d.name}.yaml").is_file())
     assert {"table3_a", "table3_b", "heads_specialise"} <= set(sweeps)
