@@ -72,3 +72,18 @@ def test_a_missing_sweep_is_one_line(tmp_path, capsys):
     assert LEN.main(["--sweeps", "nope", "--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run `make sweep SWEEP=nope` first" in err
+
+
+def test_against_wide_cancels_what_every_cell_shares_with_the_base():
+    """Base good on short sentences only: every cell's contrast is positive, yet the narrow cell that also
+    loses beyond k stands out against the wide cell, and a narrow cell like the wide one does not."""
+    refs, n = corpus()
+    base = LEN.sentence_stats([[r if k <= 8 else spoil(r) for r, k in zip(refs, n)]], refs)
+    half = [[spoil(r) if i % 3 == 0 else r for i, r in enumerate(refs)]]  # loses a third of every bucket
+    worse = [[spoil(r) if i % 3 == 0 or (k > 8 and i % 3 == 1) else r for i, (r, k) in enumerate(zip(refs, n))]]
+    rows = [{"d_k": d, "base_key": "b", "contrasts": LEN.by_length(base, LEN.sentence_stats(h, refs), n, 200)["contrasts"]}
+            for d, h in ((32, half), (8, worse), (8, half))]
+    LEN.against_wide(rows)
+    assert rows[0]["against_wide"] is None  # a wide cell is the reference, not compared
+    assert rows[1]["against_wide"]["hi"] < 0 and rows[1]["against_wide"]["n_wide"] == 1
+    assert rows[2]["against_wide"]["value"] == pytest.approx(0) and rows[2]["against_wide"]["lo"] == pytest.approx(0)
