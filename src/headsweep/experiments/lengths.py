@@ -29,11 +29,10 @@ from pathlib import Path
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from headsweep.config import CONF_DIR
 from headsweep.data import DataError, TranslationDataModule
 from headsweep.experiments.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
 from headsweep.experiments.report_table import fmt_p
-from headsweep.experiments.significance import read_text_lines, references
+from headsweep.experiments.significance import read_text_lines, references, run_data_dir
 
 BUCKETS = ((1, 8), (9, 16), (17, None))  # source subwords: within d_k = 8, within 16, beyond 16
 SPLITS = (8, 16)                         # the contrasts' k: the narrow cells' d_k
@@ -46,8 +45,7 @@ METRIC = BLEU()
 def source_lengths(run: Run) -> list[int]:
     """Subwords of each test source sentence as the run's data module cuts them (no BOS/EOS)."""
     data = {k: v for k, v in run.results["config"]["data"].items() if k != "_target_"}
-    if not Path(data["dir"]).is_absolute() and not Path(data["dir"]).is_dir():
-        data["dir"] = str(CONF_DIR.parent / data["dir"])  # relative to where `make sweep` ran: the repository
+    data["dir"] = str(run_data_dir(data))
     try:
         dm = TranslationDataModule(**data)
         src, _ = dm.texts(data["test_split"])

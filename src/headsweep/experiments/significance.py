@@ -24,6 +24,13 @@ def read_text_lines(path: Path) -> list[str]:
         raise ReportError(str(e)) from None
 
 
+def run_data_dir(data: dict) -> Path:
+    """A run's data.dir; a relative one that is not there from here is relative to where `make sweep` ran:
+    the repository."""
+    data_dir = Path(data["dir"])
+    return CONF_DIR.parent / data_dir if not data_dir.is_absolute() and not data_dir.is_dir() else data_dir
+
+
 def references(run: Run) -> list[str]:
     """The test references as the run saw them: its data.dir/test_split.tgt_lang[.gz], cut at limit_eval."""
     data = run.results["config"]["data"]
@@ -32,11 +39,8 @@ def references(run: Run) -> list[str]:
     if listed and Path(listed).is_file():
         path = Path(listed)
     else:
-        data_dir = Path(data["dir"])
-        if not data_dir.is_absolute() and not data_dir.is_dir():
-            data_dir = CONF_DIR.parent / data_dir  # relative to where `make sweep` ran: the repository
         try:
-            path = split_files(data_dir, split, data["tgt_lang"])
+            path = split_files(run_data_dir(data), split, data["tgt_lang"])
         except DataError as e:
             raise ReportError(f"references of {run.dir.name}: {e}") from None
     lines = read_text_lines(path)
