@@ -40,6 +40,10 @@ def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3
     assert [(j.same_as.parent.name, j.same_as.name) for j in base] == \
         [("table3_a", f"h8-dk32-dv32-s{s}") for s in (1, 2, 3)]
     assert {j.cell for j in sweep.jobs if not j.base} == {"h16-dk32-dv32", "h32-dk32-dv32"}
+    # with its own finished (fp32) jobs beside it, the spec's precision is not set a second time
+    (results / "heads_fixed_dk_fp32").symlink_to(Path("results/heads_fixed_dk_fp32").resolve())
+    resumed = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
+    assert resumed.common.count("trainer.precision=32-true") == 1 and any(j.done for j in resumed.jobs)
 
 
 def test_heads_specialise_analyses_every_job(tmp_path):

@@ -58,7 +58,8 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     constants, cells = split_parameters(spec)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
     common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
-    common += shared_overrides(name, results, list(extra))  # the precision and device its finished jobs ran with
+    # the precision and device its finished jobs ran with, unless the spec or the command already sets them
+    common += shared_overrides(name, results, [*constants, *extra])
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     check_overrides(common, spec, path)
