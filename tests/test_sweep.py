@@ -24,7 +24,7 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_by_width", "heads_budget_2x", "heads_budget_1x", "kv_heads", "fixed_heads"}
+    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_by_width", "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "kv_heads", "fixed_heads"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 
@@ -148,7 +148,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_specialise, kv_heads," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_specialise, kv_heads," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
