@@ -3,6 +3,7 @@ other changes are left out, and sweeps of different budgets stop it with one lin
 
 import math
 
+import numpy as np
 import pytest
 
 from headsweep.experiments import explain
@@ -71,3 +72,23 @@ def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
     assert "| **8** (64) | 32 |" in text
     assert "![Row A at each width: test BLEU against h](explain-best-h.png)" in text
     assert (tmp_path / "out" / "explain-best-h.png").stat().st_size > 0
+
+
+def test_leaving_one_cell_out_finds_the_cell_that_turns_the_fit_over():
+    # exact truth b_h = 0.5, b_dk = 2.0 on every cell but one outlier (h 32, d_k 32: 12 BLEU low, two seeds)
+    cells = [(8, 32), (1, 32), (2, 32), (16, 16), (32, 8), (8, 8), (8, 16), (32, 32)]
+    points = [explain.Point("s", f"h{h}-dk{dk}-s{seed}", h, dk, dk, 256, "32-true",
+                            bleu_of(h, dk, 256) - (12.0 if (h, dk) == (32, 32) else 0.0) + noise)
+              for h, dk in cells for seed, noise in ((1, -0.2), (2, 0.2))]
+    moves = explain.fit_without_each_cell(points)
+    h = moves["log2 h"]
+    assert h["coef"] < 0 < h["high"]["coef"]  # one cell turns the head-count term over
+    assert h["high_cell"] == (32, 32, 32, 256, "32-true") and h["high"]["coef"] == pytest.approx(0.5, abs=1e-6)
+    # the low end is an ordinary least-squares fit without its cell (numpy's, independently)
+    rest = [p for p in points if (p.h, p.d_k) != h["low_cell"][:2]]
+    X = np.column_stack([np.ones(len(rest)), [math.log2(p.h) for p in rest], [math.log2(p.d_k) for p in rest]])
+    beta = np.linalg.lstsq(X, [p.bleu for p in rest], rcond=None)[0]
+    assert h["low"]["coef"] == pytest.approx(beta[1])
+    lines = explain.influence_lines(moves)
+    assert any(line.startswith("| log2 h | ") and "(h 32, d_k 32, d_v 32, d_model 256, 32-true)" in line
+               for line in lines)

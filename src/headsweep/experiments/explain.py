@@ -6,6 +6,7 @@ results/) at one budget, test BLEU against d_k coloured by h and marked by d_mod
 
 on the runs (seeds as replicates of their cell), with 95% confidence intervals; where the sweeps ran in
 different precisions (a sweep never mixes them) the fit adds an offset for bf16 rather than assume none.
+The fit is repeated with each cell left out in turn, to show how far one cell moves each coefficient.
 
     python -m headsweep.experiments.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
                                             [--root results] [--out reports]
@@ -119,6 +120,58 @@ def fit(points: list[Point]) -> dict:
     if len(points) <= len(used) + 1:
         raise ReportError(f"{len(points)} runs cannot fit {len(used) + 1} coefficients: finish more cells first")
     return ols(used, [p.bleu for p in points])
+
+
+def cell_of(p: Point) -> tuple:
+    return p.h, p.d_k, p.d_v, p.d_model, p.precision
+
+
+def cell_label(cell: tuple) -> str:
+    h, d_k, d_v, d_model, precision = cell
+    return f"h {h}, d_k {d_k}, d_v {d_v}, d_model {d_model}, {precision}"
+
+
+def fit_without_each_cell(points: list[Point]) -> dict[str, dict]:
+    """How far one cell moves the fit: for each size term, its coefficient on every run and the lowest and
+    highest it takes when the runs of one cell (all its seeds) are left out, each with that cell. A fit whose
+    coefficient changes sign or loses its CI when one cell goes is read through that cell, not the sizes."""
+    full = fit(points)["terms"]
+    drops = []
+    for cell in sorted({cell_of(p) for p in points}):
+        rest = [p for p in points if cell_of(p) != cell]
+        try:
+            drops.append((cell, fit(rest)["terms"]))
+        except ReportError:  # too few runs left: that cell is not one to drop
+            continue
+    out = {}
+    for term in full:
+        if term == "intercept":
+            continue
+        moved = [(t[term], cell) for cell, t in drops if term in t]  # a term the drop leaves constant goes
+        if not moved:
+            continue
+        low, high = min(moved, key=lambda m: m[0]["coef"]), max(moved, key=lambda m: m[0]["coef"])
+        out[term] = {"coef": full[term]["coef"], "low": low[0], "low_cell": low[1], "high": high[0],
+                     "high_cell": high[1]}
+    return out
+
+
+def influence_lines(moves: dict[str, dict]) -> list[str]:
+    if not moves:
+        return []
+    lines = ["", "## How far one cell moves the fit", "",
+             "Each size term fitted again with the runs of one cell (all its seeds) left out, for every cell in "
+             "turn: the lowest and highest coefficient it takes, with its 95% CI and the cell left out. Where "
+             "the range crosses zero, or the CI excludes zero at one end only, one cell decides the reading.", "",
+             "| term | every run | lowest (cell left out) | highest (cell left out) |", "|---|---:|---|---|"]
+
+    def one(t: dict, cell: tuple) -> str:
+        return f"{t['coef']:+.2f} [{t['lo']:+.2f}, {t['hi']:+.2f}] ({cell_label(cell)})"
+
+    for term, m in moves.items():
+        lines.append(f"| {term} | {m['coef']:+.2f} | {one(m['low'], m['low_cell'])} | "
+                     f"{one(m['high'], m['high_cell'])} |")
+    return lines
 
 
 def best_h_by_width(points: list[Point], alpha: float = 0.05) -> list[dict]:
@@ -240,6 +293,7 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     for name, t in result["terms"].items():
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
+    lines += influence_lines(fit_without_each_cell(points))
     best = best_h_by_width(points)
     lines += best_h_lines(best)
     if best:
