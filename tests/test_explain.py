@@ -25,11 +25,14 @@ def test_fit_recovers_the_coefficients_and_counts_a_copy_once(tmp_path):
              ["model.heads=8", "model.d_k=32", "model.d_v=32"])
     fake_run(tmp_path, "copy", "dropout-s1", 1, 10.0, ["model.head_dropout=0.1"])
     fake_run(tmp_path, "copy", "kv2-s1", 1, 10.0, ["model.kv_heads=2"])
+    fake_run(tmp_path, "copy", "h8-lr-s1", 1, 10.0, ["model.heads=8", "model.d_k=32", "model.d_v=32",
+                                                     "module.peak_lr=5e-4"])  # not the same run: another lr
     points, left_out = explain.collect(tmp_path, ["mixed", "copy"])
     assert len(points) == 14
     assert any("copy/h8-dk32-dv32-s1: the same run as mixed/" in line for line in left_out)
     assert any("copy/dropout-s1: model.head_dropout = 0.1" in line for line in left_out)
     assert any("copy/kv2-s1: model.kv_heads = 2 (not h)" in line for line in left_out)
+    assert "copy/h8-lr-s1: module.peak_lr = 0.0005 (the width's default 0.002)" in left_out
     terms = explain.fit(points)["terms"]
     assert terms["log2 h"]["coef"] == pytest.approx(0.5, abs=1e-6)
     assert terms["log2 d_k"]["coef"] == pytest.approx(2.0, abs=1e-6)

@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from headsweep.experiments import launch as L, planning as P, sweep as S
 from headsweep.experiments.jobs import Job, Sweep
-from headsweep.config import SWEEPS_DIR, auto_precision, compose
+from headsweep.experiments.specs import format_value
+from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
 from headsweep.training.runs import is_complete
 
 from conftest import needs_data, tiny_overrides
@@ -24,7 +25,7 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_by_width", "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "kv_heads", "fixed_heads"}
+    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_by_width", "heads_budget_2x", "heads_budget_2x_fp32", "heads_fixed_dk_fp32_lr", "heads_budget_1x", "kv_heads", "fixed_heads"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 
@@ -44,6 +45,21 @@ def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3
     (results / "heads_fixed_dk_fp32").symlink_to(Path("results/heads_fixed_dk_fp32").resolve())
     resumed = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert resumed.common.count("trainer.precision=32-true") == 1 and any(j.done for j in resumed.jobs)
+
+
+def test_heads_fixed_dk_fp32_lr_cuts_the_peak_by_the_attention_width_and_copies_its_base(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "table3_a").symlink_to(Path("results/table3_a").resolve())
+    sweep = P.plan("heads_fixed_dk_fp32_lr", seeds=1, budget="ablation", root=tmp_path, results=results)
+    lr = {j.cell: float(dict(o.split("=", 1) for o in j.overrides)["module.peak_lr"]) for j in sweep.jobs}
+    assert lr == pytest.approx({"h8-dk32-dv32": 2e-3, "h16-dk32-dv32": 1e-3, "h32-dk32-dv32": 5e-4})  # 2e-3·256/(h·32)
+    assert (sweep.jobs[0].same_as.parent.name, sweep.jobs[0].same_as.name) == ("table3_a", "h8-dk32-dv32-s1")
+    assert sweep.jobs[2].same_as is None
+    cfg = compose([*sweep.common, *sweep.jobs[2].overrides])
+    assert cfg.module.peak_lr == pytest.approx(5e-4) and cfg.model.heads == 32
+    with pytest.raises(ValueError, match="needs model.d_v set"):
+        attention_scaled_lr(2e-3, 256, 8, None)
 
 
 def test_heads_specialise_analyses_every_job(tmp_path):
@@ -148,7 +164,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_specialise, kv_heads," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
@@ -430,8 +446,14 @@ def test_local_jobs_are_the_wandb_grid(path, tmp_path):
     params = spec["parameters"]
     assert params["seed"] == {"values": [1, 2, 3]}  # the seed is a sweep parameter
     names = list(params)
-    grid = {tuple(sorted(zip(names, combo))) for combo in itertools.product(
-        *[p["values"] if "values" in p else [p["value"]] for p in params.values()])}
+    combos = [dict(zip(names, combo)) for combo in itertools.product(
+        *[p["values"] if "values" in p else [p["value"]] for p in params.values()])]
+    for combo in combos:  # an interpolated value: the number W&B's command line composes to
+        interpolated = [k for k, v in combo.items() if isinstance(v, str) and "${" in v]
+        if interpolated:
+            cfg = compose([f"sweep={path.stem}", *(f"{k}={format_value(v)}" for k, v in combo.items())])
+            combo.update({k: OmegaConf.select(cfg, k) for k in interpolated})
+    grid = {tuple(sorted(combo.items())) for combo in combos}
     sweep = P.plan(path.stem, seeds=None, root=tmp_path)
     ours = set()
     for job in sweep.jobs:

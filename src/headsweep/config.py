@@ -2,8 +2,8 @@
 
 conf/ holds the Hydra config groups (data, model, module, trainer, logger, callbacks, budget, experiment,
 analysis); sweeps/ holds the W&B sweep specs. `compose(overrides)` gives the config `python -m
-headsweep.train overrides` would run; `register_resolvers()` adds the ${auto_precision:} and ${width_scaled_lr:} resolvers the
-configs use (the entry points and `compose` call it; importing this module does not).
+headsweep.train overrides` would run; `register_resolvers()` adds the ${auto_precision:}, ${width_scaled_lr:}
+and ${attention_scaled_lr:} resolvers the configs use (the entry points and `compose` call it; importing this module does not).
 """
 
 from __future__ import annotations
@@ -36,9 +36,20 @@ def width_scaled_lr(peak: float, at_d_model: int, d_model: int) -> float:
     return float(peak) * (int(at_d_model) / int(d_model)) ** 0.5
 
 
+def attention_scaled_lr(peak: float, at_width: int, heads: int, d_v: int | None) -> float:
+    """A peak learning rate tuned at one attention width h·d_v, moved to another by 1 / (h·d_v): under Adam
+    each weight moves by about the learning rate per step, so the change of the attention output W_O (fan-in
+    h·d_v) grows with its fan-in; this keeps it at the tuned width's. For sweeps that widen the attention
+    beyond d_model (many heads at a fixed d_k, d_v)."""
+    if d_v is None:
+        raise ValueError("attention_scaled_lr needs model.d_v set (it scales by h * d_v)")
+    return float(peak) * int(at_width) / (int(heads) * int(d_v))
+
+
 def register_resolvers() -> None:
     OmegaConf.register_new_resolver("auto_precision", auto_precision, replace=True)
     OmegaConf.register_new_resolver("width_scaled_lr", width_scaled_lr, replace=True)
+    OmegaConf.register_new_resolver("attention_scaled_lr", attention_scaled_lr, replace=True)
 
 
 def option(group: str, name: str = "default") -> dict:

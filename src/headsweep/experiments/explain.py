@@ -15,14 +15,15 @@ It also answers "how does the best h change with model size": at each d_model, r
 d_v = d_model / h, so only h varies) side by side, the best h, and which h a Welch test over the seeds
 cannot tell apart from it.
 
-Only cells that differ from the default model in these sizes (and the width-scaled learning rate) enter
-the fit; a cell with another change (head dropout, fixed heads, ...) is listed as left out. Reads only
+Only cells that differ from the default model in these sizes enter the fit, each at its width's default
+learning rate; a cell with another change (head dropout, fixed heads, ...) is listed as left out. Reads only
 results/.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
@@ -68,6 +69,12 @@ def read(root: Path, sweeps: list[str]) -> dict[str, tuple[list, list]]:
     return out
 
 
+@functools.cache
+def default_lr(d_model: int) -> float:
+    """The peak learning rate a cell of this width gets unless told otherwise (conf/module: width-scaled)."""
+    return float(compose(["budget=ablation", f"model.d_model={d_model}"]).module.peak_lr)
+
+
 def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[list[Point], list[str]]:
     """Each run of the sweeps that fits the view, and one line per run left out (and why)."""
     default = _settings(flatten_config(compose(["budget=ablation"])))
@@ -83,6 +90,10 @@ def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[
                 left_out.append(f"{sweep}/{r.dir.name}: {k} = {other[k]!r} (default {default.get(k)!r})")
                 continue
             f = r.flat
+            lr, width_lr = f.get("module.peak_lr"), default_lr(f["model.d_model"])
+            if isinstance(lr, (int, float)) and not math.isclose(lr, width_lr, rel_tol=1e-9):
+                left_out.append(f"{sweep}/{r.dir.name}: module.peak_lr = {lr:g} (the width's default {width_lr:g})")
+                continue
             if f.get("model.kv_heads") not in (None, f["model.heads"]):  # shared K/V heads: another question
                 left_out.append(f"{sweep}/{r.dir.name}: model.kv_heads = {f['model.kv_heads']} (not h)")
                 continue
