@@ -3,7 +3,8 @@
 conf/ holds the Hydra config groups (data, model, module, trainer, logger, callbacks, budget, experiment,
 analysis); sweeps/ holds the W&B sweep specs. `compose(overrides)` gives the config `python -m
 headsweep.train overrides` would run; `register_resolvers()` adds the ${auto_precision:}, ${width_scaled_lr:}
-and ${attention_scaled_lr:} resolvers the configs use (the entry points and `compose` call it; importing this module does not).
+and ${attention_scaled_lr:} resolvers the configs use (the entry points and `compose` call it; importing this
+module does not).
 """
 
 from __future__ import annotations

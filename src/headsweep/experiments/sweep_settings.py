@@ -59,7 +59,7 @@ def shared_overrides(name: str, results: Path | None, extra: list[str]) -> list[
             continue
         (value, job), = values.items()
         if key in asked and asked[key] != value:
-            raise SweepError(f"{results / name} ran {key}={value} ({job}) and this command asks for "
+            raise SweepError(f"{results / name} ran {key}={value} ({job}) and the sweep's spec or command asks for "
                              f"{key}={asked[key]}: a sweep never mixes them; drop the override or start the sweep "
                              f"anew elsewhere (--results DIR)")
         if key == "trainer.precision" and value.startswith("bf16") and not cpu_has_bf16() \
