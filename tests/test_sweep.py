@@ -26,7 +26,8 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
     studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_fixed_dk_fp32_lr", "heads_by_width",
-               "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "kv_heads", "fixed_heads"}
+               "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "heads_by_width_512_fp32", "kv_heads",
+               "fixed_heads"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 
@@ -46,6 +47,18 @@ def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3
     (results / "heads_fixed_dk_fp32").symlink_to(Path("results/heads_fixed_dk_fp32").resolve())
     resumed = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert resumed.common.count("trainer.precision=32-true") == 1 and any(j.done for j in resumed.jobs)
+
+
+def test_heads_by_width_512_fp32_is_row_a_at_d_model_512_in_fp32_at_the_width_scaled_peak(tmp_path):
+    sweep = P.plan("heads_by_width_512_fp32", seeds=1, budget="ablation", root=tmp_path, results=tmp_path / "results")
+    assert "trainer.precision=32-true" in sweep.common
+    assert [j.cell for j in sweep.jobs] == ["h8-dk64-dv64", "h1-dk512-dv512", "h32-dk16-dv16"]
+    for job in sweep.jobs:
+        cfg = compose([*sweep.common, *job.overrides])
+        assert (cfg.model.d_model, cfg.model.d_ff) == (512, 2048)
+        assert cfg.module.peak_lr == pytest.approx(2e-3 * (256 / 512) ** 0.5)  # the paper's d_model^-0.5 scaling
+        # the ablation budget's steps, with a time cap (a safety net) that a ~2.5 h fp32 job does not reach
+        assert cfg.trainer.max_steps == 1150 and cfg.trainer.max_time == "00:05:00:00"
 
 
 def test_heads_fixed_dk_fp32_lr_cuts_the_peak_by_the_attention_width_and_copies_its_base(tmp_path):
@@ -165,7 +178,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_fixed_dk, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
