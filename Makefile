@@ -28,8 +28,8 @@ ALPHA ?=
 AVG ?=
 RESUME ?=
 SWEEPS ?=
-# make budget's sweeps holding the same cells at the ablation budget, preferred first
-AGAINST ?= heads_budget_1x,table3_a,table3_b,heads_fixed_dk
+# make budget: sweeps holding the same cells at the ablation budget, preferred first (empty: its default list)
+AGAINST ?=
 
 .PHONY: help setup train smoke test test-all bench params evaluate sweep report explain lengths budget analyze prune clean
 
@@ -87,7 +87,7 @@ lengths: setup  ## Narrow heads vs sentence length (low-rank bottleneck?): make 
 # make budget's own default sweep; SWEEP=... on the command line still wins
 budget: SWEEP = heads_budget_2x
 budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
-	$(PY) -m headsweep.experiments.budget --sweep $(SWEEP) --against $(AGAINST) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.experiments.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]

@@ -2,8 +2,11 @@
 cell of a sweep trained longer (heads_budget_2x: 2,300 steps) beside the same cell at the shorter budget
 (1x) found in other sweeps, its gap to the base cell at both budgets, and the change in that gap.
 
-    python -m headsweep.experiments.budget --sweep heads_budget_2x --against heads_budget_1x,table3_a,table3_b,heads_fixed_dk
+    python -m headsweep.experiments.budget --sweep heads_budget_2x [--against heads_budget_1x,table3_a,...]
                                            [--root results] [--out reports]
+
+Without --against, the 1x cells are looked for in those of heads_budget_1x, table3_a, table3_b and
+heads_fixed_dk that --root holds; a sweep named in --against must exist.
 
 Writes reports/<sweep>-budget.md, .html and -budget-curves.png; reads only results/.
 """
@@ -27,6 +30,8 @@ from headsweep.reporting.stats import holm, mean_sd, ols
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran
 # in fp32 and bf16-mixed). trainer.max_time is no experiment setting (reuse.EXPERIMENT_KEYS) at all.
 BUDGET_KEYS = ("trainer.max_steps", "trainer.precision")
+# where the 1x cells are looked for unless --against names sweeps: those of these that results/ holds
+DEFAULT_AGAINST = ("heads_budget_1x", "table3_a", "table3_b", "heads_fixed_dk")
 METHOD = ("Change in the gap: the interaction coefficient of an ordinary least-squares fit on the per-seed test "
           "BLEU of the four groups (base and cell, 1x and 2x), BLEU = b0 + b_2x·[2x] + b_cell·[cell] + "
           "b_int·[2x]·[cell], so b_int = (2x gap) − (1x gap); its 95% CI and two-sided p use t with n − 4 degrees "
@@ -95,7 +100,7 @@ def verdict(name: str, g: dict, n: int, alpha: float = 0.05) -> tuple[str, str]:
         return "held", f"{name}: gap {change}; too few runs for a test): nothing is shown."
     ci = f", 95% CI [{g['lo']:+.2f}, {g['hi']:+.2f}], p Holm {g['p_holm']:.3g})"
     if g["p_holm"] >= alpha:
-        return "held", (f"{name}: the gap held as far as {n} seeds per cell can tell: {change}{ci} is not "
+        return "held", (f"{name}: the gap held as far as {n} seed{'' if n == 1 else 's'} per cell can tell: {change}{ci} is not "
                         "significant, which means a change is not shown, not that there is none.")
     word = "shrank" if g["change"] * g["gap1"] < 0 else "grew"
     flipped = " and changed sign" if word == "shrank" and g["gap1"] * g["gap2"] < 0 else ""
@@ -226,13 +231,16 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", default="heads_budget_2x", help="the sweep at the longer budget")
-    parser.add_argument("--against", default="heads_budget_1x,table3_a,table3_b,heads_fixed_dk",
-                        help="comma-separated sweeps holding the same cells at the shorter budget, preferred first")
+    parser.add_argument("--against", default=None,
+                        help="comma-separated sweeps holding the same cells at the shorter budget, preferred first "
+                             f"(default: those of {','.join(DEFAULT_AGAINST)} in --root)")
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
     try:
-        paths = write(args.root, args.sweep, [s for s in args.against.split(",") if s], args.out)
+        against = ([s for s in args.against.split(",") if s] if args.against is not None
+                   else [s for s in DEFAULT_AGAINST if (args.root / s).is_dir()])
+        paths = write(args.root, args.sweep, against, args.out)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
