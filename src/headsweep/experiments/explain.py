@@ -319,14 +319,32 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     return path
 
 
+def at_the_ablation_budget(root: Path) -> tuple[list[str], list[str]]:
+    """Every sweep in root whose finished runs trained the ablation budget's steps, and one line naming
+    each other sweep and its steps (the default view: the 2x-budget sweeps are `make budget`'s)."""
+    steps = compose(["budget=ablation"]).trainer.max_steps
+    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    keep, other = [], []
+    for name, (runs, _) in read(root, names).items():
+        odd = sorted({r.flat["trainer.max_steps"] for r in runs} - {steps})
+        if odd:
+            other.append(f"{name} ({', '.join(map(str, odd))} steps)")
+        else:
+            keep.append(name)
+    return keep, ([f"left out, not at the ablation budget's {steps} steps: {', '.join(other)}"] if other else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweeps", default="", help="comma-separated sweeps (default: every sweep in --root)")
+    parser.add_argument("--sweeps", default="", help="comma-separated sweeps (default: every sweep in --root at "
+                                                     "the ablation budget's steps)")
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
-    sweeps = [s for s in args.sweeps.split(",") if s] or sorted(p.name for p in args.root.iterdir() if p.is_dir())
     try:
+        sweeps, said = ([s for s in args.sweeps.split(",") if s], []) if args.sweeps else at_the_ablation_budget(args.root)
+        for line in said:
+            print(line)
         path = write(args.root, sweeps, args.out)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

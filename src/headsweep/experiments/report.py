@@ -231,12 +231,17 @@ def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
     return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
 
 
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: list) -> list[str]:
     """The bullets above the table: what was compared, how, what is the same in every cell, and what
     was left out."""
     first, base = runs[0].results["config"], info["base"]
     seeds = sorted({len(c.runs) for c in cells})
-    lines = [f"{len(runs)} runs ({' or '.join(map(str, seeds))} seeds per cell) in {len(cells)} cells from "
+    lines = [f"{counted(len(runs), 'run')} ({' or '.join(map(str, seeds))} seed{'' if seeds == [1] else 's'} per cell) in "
+             f"{counted(len(cells), 'cell')} from "
              f"`{sweep_dir}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
                                    "or p-values."),
              f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "

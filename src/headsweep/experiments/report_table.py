@@ -172,7 +172,7 @@ def loss_note(cells: list[Cell]) -> str:
     if rose:
         line = f"Val loss did not fall at every validation in {len(rose)} of {n} runs:\n" + "\n".join(rose)
     else:
-        line = f"Val loss fell at every validation in all {n} runs"
+        line = "Val loss fell at every validation in " + ({1: "the one run", 2: "both runs"}.get(n) or f"all {n} runs")
     if unchecked:
         line += ("\n  - not checked" if rose else "; not checked") + \
             f" ({len(unchecked)}, fewer than two validations in the metrics CSV): {', '.join(unchecked)}"
