@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -129,7 +130,12 @@ def find_resume(cfg: DictConfig, out_dir: Path, module, datamodule) -> tuple[Pat
 
 def fit_and_test(trainer: pl.Trainer, module, datamodule, resume, start: float) -> dict:
     """Fit, validate the final weights if the last validation scored earlier ones, test; the metrics."""
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume[0] if resume else None)
+    with warnings.catch_warnings():
+        # Lightning warns that a mid-epoch resume with a plain dataloader "can cause unreliable results";
+        # ours skips the batches already trained on (TranslationDataModule.train_dataloader), so a resumed
+        # run follows the uninterrupted one step by step (tests/test_resume.py).
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume[0] if resume else None)
     train_seconds = train_time(trainer)[0] or time.time() - start
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}  # validate()/test() reset them
     if module.val_bleu_step != trainer.global_step:
