@@ -97,12 +97,16 @@ def test_leaving_one_cell_out_finds_the_cell_that_turns_the_fit_over():
                for line in lines)
 
 
-def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_others_are_named(tmp_path, capsys):
+def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_others_are_named(tmp_path, capsys,
+                                                                                             monkeypatch):
     for h, dk, dm in [(8, 32, 256), (1, 32, 256), (8, 8, 256), (8, 64, 128), (4, 128, 512)]:
         for seed in (1, 2):
             fake_run(tmp_path, "a", f"h{h}-dk{dk}-dm{dm}-s{seed}", seed, bleu_of(h, dk, dm) + seed / 10,
                      [f"model.heads={h}", f"model.d_k={dk}", f"model.d_v={dk}", f"model.d_model={dm}"])
     fake_run(tmp_path, "long", "h8-s1", 1, 34.0, ["trainer.max_steps=2300"])  # a 2x-budget sweep
+    reads = []
+    monkeypatch.setattr(explain, "load_runs", lambda d, load=explain.load_runs: reads.append(d.name) or load(d))
     assert explain.main(["--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     assert "left out, not at the ablation budget's 1150 steps: long (2300 steps)" in capsys.readouterr().out
     assert "# Heads or head width? Every cell of a (1150 steps each)" in (tmp_path / "out" / "explain.md").read_text()
+    assert sorted(reads) == ["a", "long"]  # each sweep's results read once (results/ holds hundreds of runs)

@@ -284,8 +284,8 @@ def figure(points: list[Point], path: Path) -> Path:
     return path
 
 
-def write(root: Path, sweeps: list[str], out: Path) -> Path:
-    loaded = read(root, sweeps)
+def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) -> Path:
+    loaded = loaded or read(root, sweeps)
     steps = check_budget(loaded)
     points, left_out = collect(root, sweeps, loaded)
     result = fit(points)
@@ -319,18 +319,18 @@ def write(root: Path, sweeps: list[str], out: Path) -> Path:
     return path
 
 
-def at_the_ablation_budget(root: Path) -> tuple[list[str], list[str]]:
-    """Every sweep in root whose finished runs trained the ablation budget's steps, and one line naming
-    each other sweep and its steps (the default view: the 2x-budget sweeps are `make budget`'s)."""
+def at_the_ablation_budget(root: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:
+    """Every sweep in root whose finished runs trained the ablation budget's steps, as read(), and one line
+    naming each other sweep and its steps (the default view: the 2x-budget sweeps are `make budget`'s)."""
     steps = compose(["budget=ablation"]).trainer.max_steps
     names = sorted(p.name for p in root.iterdir() if p.is_dir())
-    keep, other = [], []
-    for name, (runs, _) in read(root, names).items():
+    keep, other = {}, []
+    for name, (runs, unfinished) in read(root, names).items():
         odd = sorted({r.flat["trainer.max_steps"] for r in runs} - {steps})
         if odd:
             other.append(f"{name} ({', '.join(map(str, odd))} steps)")
         else:
-            keep.append(name)
+            keep[name] = (runs, unfinished)
     return keep, ([f"left out, not at the ablation budget's {steps} steps: {', '.join(other)}"] if other else [])
 
 
@@ -342,10 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
     try:
-        sweeps, said = ([s for s in args.sweeps.split(",") if s], []) if args.sweeps else at_the_ablation_budget(args.root)
+        named = [s for s in args.sweeps.split(",") if s]
+        loaded, said = (read(args.root, named), []) if named else at_the_ablation_budget(args.root)
         for line in said:
             print(line)
-        path = write(args.root, sweeps, args.out)
+        path = write(args.root, list(loaded), args.out, loaded)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
