@@ -87,13 +87,24 @@ def set_aside_metrics(csv_dir: Path, step: int) -> None:
     path = csv_dir / "metrics.csv"
     if not path.is_file():
         return
+    before = csv_dir / CSV_BEFORE.format(step=step)
+    fields, rows = [], []
+    if before.is_file():
+        # Resumed from this checkpoint before and stopped again ahead of the next one: the rows set aside
+        # then are the only copy of the run's start; the current file holds rows from this step on only.
+        with open(before, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, rows = list(reader.fieldnames or []), list(reader)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames or [], [r for r in reader if r.get("step") and int(r["step"]) < step]
-    with open(csv_dir / CSV_BEFORE.format(step=step), "w", newline="") as f:
+        fields += [k for k in reader.fieldnames or [] if k not in fields]
+        rows += [r for r in reader if r.get("step") and int(r["step"]) < step]
+    tmp = before.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+    os.replace(tmp, before)
     path.unlink()
 
 
