@@ -184,15 +184,16 @@ def test_resuming_twice_from_one_checkpoint_keeps_the_rows_before_it(tmp_path):
     set-aside must not overwrite the first (it held the only copy of the run's start)."""
     csv_dir = tmp_path / "csv"
     csv_dir.mkdir()
-    (csv_dir / "metrics.csv").write_text("step,train/loss\n0,5.0\n1,4.0\n2,3.5\n")
+    # every start logs the parameter count at step 0 (params/total), resumed ones too
+    (csv_dir / "metrics.csv").write_text("params/total,step,train/loss\n7,0,\n,0,5.0\n,1,4.0\n,2,3.5\n")
     set_aside_metrics(csv_dir, step=2)
-    (csv_dir / "metrics.csv").write_text("step,train/loss,val/loss\n2,3.6,\n")  # resumed, killed before step 3
+    (csv_dir / "metrics.csv").write_text("params/total,step,train/loss,val/loss\n7,0,,\n,2,3.6,\n")  # killed again
     set_aside_metrics(csv_dir, step=2)
-    (csv_dir / "metrics.csv").write_text("step,train/loss,val/loss\n2,3.7,\n3,3.3,3.0\n")
+    (csv_dir / "metrics.csv").write_text("params/total,step,train/loss,val/loss\n7,0,,\n,2,3.7,\n,3,3.3,3.0\n")
     join_metrics(csv_dir)
     rows = list(csv.DictReader(open(csv_dir / "metrics.csv")))
-    assert [(r["step"], r["train/loss"], r["val/loss"]) for r in rows] == [
-        ("0", "5.0", ""), ("1", "4.0", ""), ("2", "3.7", ""), ("3", "3.3", "3.0")]
+    assert [(r["params/total"], r["step"], r["train/loss"], r["val/loss"]) for r in rows] == [
+        ("7", "0", "", ""), ("", "0", "5.0", ""), ("", "1", "4.0", ""), ("", "2", "3.7", ""), ("", "3", "3.3", "3.0")]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")

@@ -109,7 +109,7 @@ def set_aside_metrics(csv_dir: Path, step: int) -> None:
 
 
 def join_metrics(csv_dir: Path) -> None:
-    """metrics.csv = the rows kept from before each resume, then the new ones, under one header."""
+    """metrics.csv = the rows kept from before each resume, then the new ones, under one header, each once."""
     parts = sorted(csv_dir.glob(CSV_BEFORE.format(step="*")), key=lambda p: int(p.stem.rsplit("step", 1)[1]))
     current = csv_dir / "metrics.csv"
     if not parts:
@@ -122,6 +122,14 @@ def join_metrics(csv_dir: Path) -> None:
             reader = csv.DictReader(f)
             fields += [k for k in reader.fieldnames or [] if k not in fields]
             rows += list(reader)
+    # A resumed run logs its step-0 rows (the parameter counts) again: keep one copy of a repeated row.
+    seen, unique = set(), []
+    for r in rows:
+        key = tuple(sorted((k, v) for k, v in r.items() if v not in ("", None)))
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    rows = unique
     tmp = current.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=sorted(fields))
