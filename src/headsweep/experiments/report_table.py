@@ -34,7 +34,8 @@ def fmt(value, digits: int = 2, sd=None) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
-        text = f"{value:.{digits}f}"
+        # a learning rate (2.83e-3) would print as 0.00 with fixed digits
+        text = f"{value:.{digits + 1}g}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"
         return f"{text} ± {sd:.{digits}f}" if sd is not None else text
     return str(value)
 
