@@ -423,3 +423,30 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     assert sorted({dict(zip(columns, row))["peak lr"] for row in body}) == ["0.00141", "0.00283"]  # not 0.00
     assert any("worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w or
                "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w for w in R.verdicts(cells))
+
+
+def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
+    """Runs that record their machine are counted by it; runs from before results.json named one are
+    'not recorded'. One machine for every run is one line without counts."""
+    runs = sorted(r for r in (sweep_dir / "table3_a").glob("h*-s*") if (r / "results.json").is_file()
+                  and json.loads((r / "results.json").read_text())["status"] == "complete")
+    amx = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None, "torch": "2.13.0"}
+    epyc = {"cpu": "AMD EPYC 7B13", "cpu_class": "AVX2, no bf16 units", "gpu": None, "torch": "2.13.0"}
+
+    def record(machines):
+        for run, machine in zip(runs, machines):
+            results = json.loads((run / "results.json").read_text())
+            results.pop("machine", None)
+            if machine:
+                results["machine"] = machine
+            (run / "results.json").write_text(json.dumps(results))
+        return R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=20)[0].read_text()
+
+    assert len(runs) == 5
+    md = record([amx, amx, epyc, None, amx])
+    assert "- Machines: AMD EPYC 7B13 (AVX2, no bf16 units): 1 run; Intel(R) Xeon(R) Processor " \
+           "(AVX512 + AMX (bf16 units)): 3 runs; not recorded: 1 run.\n" in md
+    md = record([epyc] * 5)
+    assert "- Every run trained on AMD EPYC 7B13 (AVX2, no bf16 units).\n" in md
+    md = record([None] * 5)
+    assert "- Machine: not recorded in results.json (runs from before it named the machine).\n" in md

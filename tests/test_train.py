@@ -141,6 +141,19 @@ def test_tiny_run_ends_annealed_and_records_threads(tiny_run):
     assert json.loads((out / "results.json").read_text())["threads"] == torch.get_num_threads()
 
 
+def test_tiny_run_records_the_machine_it_trained_on(tiny_run):
+    """results.json names the CPU (as lscpu reads it from /proc/cpuinfo), its bf16 units and torch, so a
+    sweep that mixes machines can say so."""
+    machine = json.loads((tiny_run / "results.json").read_text())["machine"]
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")]
+    flags = set(next(line for line in cpuinfo.splitlines() if line.startswith("flags")).split(":", 1)[1].split())
+    assert machine["cpu"] == names[0]
+    bf16_units = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else None
+    assert (bf16_units or "no bf16 units") in machine["cpu_class"]
+    assert machine["gpu"] is None and machine["torch"] == torch.__version__
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["trainer.max_steps=400", "module.warmup_steps=500"],
      "module.warmup_steps=500 is not shorter than trainer.max_steps=400"),

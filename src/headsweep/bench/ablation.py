@@ -19,21 +19,12 @@ from omegaconf import OmegaConf
 
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import compose, cpu_has_bf16
+from headsweep.machine import cpu_class
 from headsweep.experiments.sweep import default_jobs
 from headsweep.model.losses import _LinearCrossEntropy
 from headsweep.training.module import TranslationModule
 
 SHIPPED = "32-true"  # every job in results/ until this change: fp32, eager
-
-
-def cpu_class() -> str:
-    """The CPU class the speed depends on: AVX2 / AVX-512, and whether it has bf16 matmul units (AMX)."""
-    capability = torch.backends.cpu.get_cpu_capability()  # e.g. AVX2, AVX512
-    if torch.cpu._is_amx_tile_supported():
-        return f"{capability} + AMX (bf16 units)"
-    if torch.cpu._is_avx512_bf16_supported():
-        return f"{capability} + AVX512-BF16 (bf16 units)"
-    return f"{capability}, no bf16 units"
 
 
 def _job(threads: int):

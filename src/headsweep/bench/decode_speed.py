@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from headsweep.experiments.report_table import DECODE_SPEED as OUTPUT  # what th
 from headsweep.bench.decoding import random_module
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
+from headsweep.machine import cpu_name
 from headsweep.experiments.specs import SweepError
 from headsweep.experiments.sweep import plan
 from headsweep.model import count_parameters, decoding, kv_cache_bytes
@@ -112,16 +112,6 @@ def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("
     out.mkdir(parents=True, exist_ok=True)
     (out / OUTPUT).write_text(json.dumps(record, indent=1))
     return record
-
-
-def cpu_name() -> str:
-    """The CPU model and class the timings belong to (speed is only comparable within one CPU)."""
-    from headsweep.bench.ablation import cpu_class
-
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() \
-        else platform.processor()
-    return f"{model}, {cpu_class()}"
 
 
 def _time(module, batches, beam: int) -> tuple[float, int]:

@@ -16,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 from torch.profiler import profile
 
-from headsweep.bench.ablation import _job, cpu_class
+from headsweep.bench.ablation import _job
+from headsweep.machine import cpu_class
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import cpu_has_bf16
 from headsweep.model.losses import linear_cross_entropy

@@ -28,8 +28,8 @@ from headsweep.experiments.cells import Cell, ReportError, group_cells, learning
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
 from headsweep.experiments.report_site import index_record, write_index
-from headsweep.experiments.report_table import (cell_details, decode_speed_columns, display, loss_note, missing_words,
-                                                p_words, reader_name, shows_paper, table, varies)
+from headsweep.experiments.report_table import (cell_details, decode_speed_columns, display, loss_note, machine_note,
+                                                missing_words, p_words, reader_name, shows_paper, table, varies)
 from headsweep.experiments.significance import paired_bootstrap
 from headsweep.experiments.specs import follows_width
 from headsweep.reporting.html import page
@@ -269,6 +269,7 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
     lines += [w for c in cells for w in missing_words(c)]
     lines.append(loss_note(cells))  # does training diverge at this learning rate (the open issue on d_model 512)?
+    lines.append(machine_note(cells))
     if left_out:
         lines.append(f"Left out of the table and of every number ({len(left_out)}):\n"
                      + "\n".join(f"  - `{d.name}`: {why}" for d, why in left_out))

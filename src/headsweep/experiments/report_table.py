@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 from headsweep.experiments.cells import Cell, learning_curve, val_loss_rises
 from headsweep.experiments.paper import COLUMNS
+from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details
 
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
@@ -178,6 +180,18 @@ def loss_note(cells: list[Cell]) -> str:
         line += ("\n  - not checked" if rose else "; not checked") + \
             f" ({len(unchecked)}, fewer than two validations in the metrics CSV): {', '.join(unchecked)}"
     return line + ("" if rose else ".")
+
+
+def machine_note(cells: list[Cell]) -> str:
+    """Which machines trained the runs (results.json's machine): bf16 numerics and speed differ between CPUs,
+    so a sweep that mixes them says so. Runs from before results.json named the machine count as not recorded."""
+    counts = Counter(machine_label(run.results.get("machine")) for c in cells for run in c.runs)
+    if len(counts) == 1:
+        name = next(iter(counts))
+        return "Machine: not recorded in results.json (runs from before it named the machine)." \
+            if name == "not recorded" else f"Every run trained on {name}."
+    return "Machines: " + "; ".join(f"{name}: {n} run{'' if n == 1 else 's'}" for name, n in
+                                    sorted(counts.items(), key=lambda kv: (kv[0] == "not recorded", kv[0]))) + "."
 
 
 # Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.

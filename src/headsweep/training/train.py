@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.training.averaging import average_at_end
+from headsweep.machine import describe
 from headsweep.sizes import comparison_config
 from headsweep.training.checks import (ConfigError, check_config, check_devices, check_resume, default_cell,
                                        default_run_name, torch_threads)
@@ -178,6 +179,7 @@ def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics:
         "tokenizer": datamodule.tokenizer_path,
         "output_dir": str(cfg.paths.output_dir),
         "threads": torch.get_num_threads(),
+        "machine": describe(),  # speed and bf16 numerics belong to one machine
         "resumed_from_step": resumed_from,
         "gates": gate_record(module.net),
         "wandb": wandb_info,

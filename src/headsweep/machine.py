@@ -1,0 +1,47 @@
+"""The machine a run or a timing belongs to. Speed, and bf16 numerics, are comparable only within one, so
+results.json and the benchmarks name it."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), e.g. 'AMD EPYC 7B13' or 'Intel(R) Xeon(R) Processor'."""
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def cpu_class() -> str:
+    """The CPU class the speed depends on: AVX2 / AVX-512, and whether it has bf16 matmul units."""
+    capability = torch.backends.cpu.get_cpu_capability()  # e.g. AVX2, AVX512
+    if torch.cpu._is_amx_tile_supported():
+        return f"{capability} + AMX (bf16 units)"
+    if torch.cpu._is_avx512_bf16_supported():
+        return f"{capability} + AVX512-BF16 (bf16 units)"
+    return f"{capability}, no bf16 units"
+
+
+def cpu_name() -> str:
+    """Model and class in one line, for benchmark output."""
+    return f"{cpu_model()}, {cpu_class()}"
+
+
+def describe() -> dict:
+    """What results.json records about the machine that trained a run."""
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {"cpu": cpu_model(), "cpu_class": cpu_class(), "gpu": gpu, "torch": torch.__version__}
+
+
+def label(machine: dict | None) -> str:
+    """A run's machine in a report: the GPU where it had one, else the CPU and its class."""
+    if not machine:
+        return "not recorded"
+    return machine["gpu"] or f"{machine['cpu']} ({machine['cpu_class']})"
