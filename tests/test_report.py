@@ -449,4 +449,5 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
     md = record([epyc] * 5)
     assert "- Every run trained on AMD EPYC 7B13 (AVX2, no bf16 units).\n" in md
     md = record([None] * 5)
-    assert "- Machine: not recorded in results.json (runs from before it named the machine).\n" in md
+    assert "- Machine: not recorded in results.json (runs from before it named the machine; their commit " \
+           "messages and docs/ name it).\n" in md
