@@ -188,9 +188,10 @@ def machine_note(cells: list[Cell]) -> str:
     counts = Counter(machine_label(run.results.get("machine")) for c in cells for run in c.runs)
     if len(counts) == 1:
         name = next(iter(counts))
-        return "Machine: not recorded in results.json (runs from before it named the machine; their commit messages "
-                "and docs/ name it)." \
-            if name == "not recorded" else f"Every run trained on {name}."
+        if name == "not recorded":
+            return ("Machine: not recorded in results.json (runs from before it named the machine; their commit "
+                    "messages and docs/ name it).")
+        return f"Every run trained on {name}."
     return "Machines: " + "; ".join(f"{name}: {n} run{'' if n == 1 else 's'}" for name, n in
                                     sorted(counts.items(), key=lambda kv: (kv[0] == "not recorded", kv[0]))) + "."
 
