@@ -13,6 +13,8 @@ export HYDRA_FULL_ERROR ?= 0
 ARGS ?=
 SWEEP ?= table3_a
 SEEDS ?=
+# make sweep: the sweep's own name when it is not the spec's, e.g. NAME=table3_a_h100 (results/<NAME>/)
+NAME ?=
 # make sweep's budget: ablation, the one every shipped result in results/ ran with (conf/budget/)
 BUDGET ?= ablation
 DRY ?=
@@ -31,7 +33,14 @@ SWEEPS ?=
 # make budget: sweeps holding the same cells at the ablation budget, preferred first (empty: its default list)
 AGAINST ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain lengths budget analyze prune clean
+# A GPU node without internet: the python that holds its CUDA torch, and the wheel folder headsweep installs from
+GPU_PY ?= python3
+WHEELS ?= wheels
+PYTHON_VERSION ?=
+DEV ?=
+
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain lengths budget analyze prune clean \
+	wheels install-offline gpu-check
 
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
@@ -70,8 +79,8 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
-sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation]
-	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
+sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation]
+	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(DRY),--dry) $(ARGS)
 
@@ -99,6 +108,15 @@ analyze: setup  ## Head importance, pruning, roles and attention maps: make anal
 prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's: make prune CKPT=<run> [LAMBDAS="0 0.01 0.1" STEPS=300]
 	$(PY) -m headsweep.analysis.prune --ckpt "$(CKPT)" $(if $(LAMBDAS),--lambdas $(LAMBDAS)) $(if $(STEPS),--steps $(STEPS)) \
 		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
+
+wheels:  ## On a machine with internet: every dependency but torch as wheels for a GPU node [WHEELS=wheels PYTHON_VERSION=3.12]
+	python3 src/headsweep/wheels.py download --wheels $(WHEELS) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(DEV),--dev)
+
+install-offline:  ## On a node with its own CUDA torch, offline: headsweep from WHEELS, torch untouched [GPU_PY=python3 DEV=1]
+	$(GPU_PY) src/headsweep/wheels.py install --wheels $(WHEELS) $(if $(DEV),--dev)
+
+gpu-check:  ## On a fresh GPU machine (<10 min, H100): gpu tests, GPU bench, row A x 3 seeds as table3_a_<card>, its report
+	GPU_PY=$(GPU_PY) $(if $(JOBS),JOBS=$(JOBS)) bash scripts/gpu_check.sh
 
 clean:  ## Remove run outputs and caches (keeps .venv, and results/ and reports/: tracked reference results)
 	rm -rf outputs multirun wandb lightning_logs .cache .pytest_cache .hypothesis

@@ -4,6 +4,7 @@ analysis read; a test that writes into a run takes a copy (`copy_run_dir`); a fi
 without any training (`fake_run`), for the cross-sweep views."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from omegaconf import OmegaConf
 
 from headsweep.config import register_resolvers
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+# ../shared beside the checkout, or where HEADSWEEP_DATA points (a GPU machine gets the files inside the checkout)
+DATA = Path(os.environ.get("HEADSWEEP_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
 register_resolvers()
 

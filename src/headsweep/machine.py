@@ -34,10 +34,18 @@ def cpu_name() -> str:
     return f"{cpu_model()}, {cpu_class()}"
 
 
+# What a process's CUDA context holds beyond torch's allocator, which torch's counters do not see.
+CUDA_CONTEXT_GIB = 0.6
+
+
 def describe() -> dict:
-    """What results.json records about the machine that trained a run."""
+    """What results.json records about the machine that trained a run; on a GPU also this process's peak of
+    GPU memory (torch's reserved peak plus the CUDA context): what packing more jobs per card is sized by."""
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return {"cpu": cpu_model(), "cpu_class": cpu_class(), "gpu": gpu, "torch": torch.__version__}
+    record = {"cpu": cpu_model(), "cpu_class": cpu_class(), "gpu": gpu, "torch": torch.__version__}
+    if gpu is not None and torch.cuda.is_initialized():
+        record["gpu_memory_peak_gib"] = round(torch.cuda.max_memory_reserved() / 2**30 + CUDA_CONTEXT_GIB, 2)
+    return record
 
 
 def label(machine: dict | None) -> str:

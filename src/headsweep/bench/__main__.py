@@ -7,11 +7,14 @@
    the same Multi30k batches, and MFU against the matmul peak measured now.
 4. Decoding: cached greedy / beam vs a naive decoder that re-runs the prefix.
 5. Sweep: N jobs x cores/N threads (make sweep's JOBS) vs 1 job x all cores.
+6. GPU (where torch sees CUDA): target tokens/s of one job on the card, of N jobs packed on it (summed),
+   the share of the card's measured bf16 matmul peak, and the same job on this machine's CPU.
 
 bf16 is timed only where the CPU has bf16 matmul units (AVX512-BF16 or AMX); elsewhere it runs 5-130x
 slower than fp32 and nothing here would use it.
 
-    python -m headsweep.bench [--steps 10] [--profile] [--skip attention,ablation,training,decoding,sweep]
+    python -m headsweep.bench [--steps 10] [--profile] [--skip attention,ablation,training,decoding,sweep,gpu]
+                              [--packed 8]   (GPU: jobs packed on the card)
                               [--ckpt RUN_DIR --sentences 1000]   (decoding with a trained model)
 """
 
@@ -24,6 +27,7 @@ import torch
 from headsweep.bench.ablation import bench_ablation
 from headsweep.bench.attention import bench_attention
 from headsweep.bench.decoding import main as decoding_main
+from headsweep.bench.gpu import bench_gpu
 from headsweep.bench.sweep import bench_sweep
 from headsweep.bench.training import bench_training
 from headsweep.config import cpu_has_bf16
@@ -34,7 +38,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed training steps per side")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--profile", action="store_true", help="print where a training step's time goes")
-    parser.add_argument("--skip", default="", help="comma-separated: attention,ablation,training,decoding,sweep")
+    parser.add_argument("--skip", default="", help="comma-separated: attention,ablation,training,decoding,sweep,gpu")
+    parser.add_argument("--packed", default="8", help="GPU: comma-separated numbers of jobs packed on the card")
     parser.add_argument("--ckpt", default=None,
                         help="decoding: a trained run or checkpoint (default: a random default-size model)")
     parser.add_argument("--sentences", type=int, default=None,
@@ -57,6 +62,8 @@ def main() -> None:
         decoding_main([*(["--ckpt", args.ckpt] if args.ckpt else []), "--sentences", str(sentences)])
     if "sweep" not in skip:
         bench_sweep()
+    if "gpu" not in skip:
+        bench_gpu(packs=tuple(int(n) for n in args.packed.split(",") if n))
 
 
 if __name__ == "__main__":

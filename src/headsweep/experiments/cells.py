@@ -117,7 +117,8 @@ def hypotheses_path(run: Run) -> Path:
 # Settings that change how a run is recorded, not what it trains (checkpoint cadence, loggers): a cell
 # whose runs were recorded differently is still the same cell, and gets no column for it.
 # threads: how a job used the machine (a 1-thread job of a 2-job sweep, or OMP_NUM_THREADS), not what it trained
-BOOKKEEPING = ("module.model.", "callbacks.", "logger.", "threads")
+# trainer.devices: which card of a GPU sweep a job had (jobs spread round-robin), not what it trained
+BOOKKEEPING = ("module.model.", "callbacks.", "logger.", "threads", "trainer.devices")
 
 
 def varied_keys(cells: list[Cell]) -> list[str]:

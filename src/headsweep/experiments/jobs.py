@@ -43,6 +43,7 @@ class Sweep:
     jobs: list[Job] = field(default_factory=list)
     threads: int | None = None  # torch threads per job (--jobs)
     only: list[str] = field(default_factory=list)  # globs on job names (--only); empty: every job
+    on_gpu: bool = False      # its jobs train with trainer=gpu
 
     def selects(self, job: Job) -> bool:
         return not self.only or any(fnmatch.fnmatchcase(job.name, g) for g in self.only)

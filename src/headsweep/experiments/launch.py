@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -151,6 +152,9 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     if dry:
         list_jobs(sweep, done, todo, out)
         return 0
+    if sweep.on_gpu and not torch.cuda.is_available():
+        raise SweepError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep "
+                         "on a machine with a GPU")
     if not todo:
         print(f"nothing to run: every job{' --only selects' if later else ''} is complete. "
               f"Next: make report SWEEP={sweep.name}", file=out)

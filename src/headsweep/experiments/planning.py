@@ -14,10 +14,12 @@ from omegaconf import OmegaConf
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
 from headsweep.experiments.jobs import Job, Sweep
+from headsweep.experiments.packing import (DEFAULT_FOOTPRINT_GIB, cards, device_override, device_slug, measured_footprint,
+                                         packed_jobs)
 from headsweep.experiments.reuse import find_reuse, finished_runs
 from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
-from headsweep.experiments.sweep_settings import SHARED, resolved_values, shared_overrides
+from headsweep.experiments.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
 
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
@@ -43,36 +45,48 @@ def default_jobs(cores: int) -> int:
 
 def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
          specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
-         jobs: int | None = 1, cores: int | None = None, only: list[str] = ()) -> Sweep:
+         jobs: int | None = 1, cores: int | None = None, only: list[str] = (), name_as: str | None = None) -> Sweep:
     """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
-    over is noted on the job (headsweep.experiments.reuse)."""
+    over is noted on the job (headsweep.experiments.reuse). `name_as`: the sweep's own name (its folders in
+    multirun/ and results/, its W&B tag) when it is not the spec's, e.g. table3_a_h100 for the spec table3_a
+    run on a GPU."""
     spec, path = load_spec(name, specs_dir)
     if seeds is not None and seeds < 1:
         raise SweepError(f"--seeds must be >= 1, got {seeds}")
     seed_list = spec_seeds(spec) if seeds is None else list(range(1, seeds + 1))
-    launcher, jobs, threads = parallel_jobs(launcher, jobs, cores or os.cpu_count() or 1)
     for o in extra:
         key = o.lstrip("+~").split("=", 1)[0]
         if key in RESERVED:
             raise SweepError(f"override '{o}': {key} is set per job by the sweep; drop it")
+    name = name_as or name
     constants, cells = split_parameters(spec)
+    cores = cores or os.cpu_count() or 1
+    on_gpu, device = sweep_device(name, results, [*constants, *extra])
+    n_cards = 0
+    if on_gpu and (found := cards()):  # without a card the plan still lists; launching it stops (launch.run)
+        n_cards = len(found)
+        jobs = packed_jobs(jobs, found, measured_footprint(results) or DEFAULT_FOOTPRINT_GIB, cores)
+    launcher, jobs, threads = parallel_jobs(launcher, jobs, cores)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
-    common = [f"sweep={name}", *LAUNCHERS[launcher], *([f"budget={budget}"] if budget else []), *constants, *extra]
+    common = [f"sweep={name}", *LAUNCHERS[launcher], *device, *([f"budget={budget}"] if budget else []), *constants,
+              *extra]
     # the precision and device its finished jobs ran with, unless the spec or the command already sets them
-    common += shared_overrides(name, results, [*constants, *extra])
+    common += shared_overrides(name, results, [*constants, *extra, *device])
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     check_overrides(common, spec, path)
     composed = [compose_cell(common, cell, path) for cell in cells]
     labels = check_cells(composed, path)
 
-    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only))
+    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags, analysis, plain)) in enumerate(zip(cells, labels, composed)):
             run = f"{label}-s{seed}"
+            card = device_override(len(sweep.jobs), n_cards)  # several GPUs: jobs spread round-robin
             job = Job(
-                name=run, cell=label, seed=seed, overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}"],
+                name=run, cell=label, seed=seed,
+                overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}", *card],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
                 dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
                 analysis=analysis,
@@ -83,6 +97,35 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
         raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs "
                          f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?")
     return sweep
+
+
+def _asked_device(overrides: list[str]) -> str | None:
+    """'gpu' or 'cpu' where the overrides choose the device (trainer=gpu, trainer.accelerator=cpu, ...)."""
+    for o in reversed(overrides):
+        key, _, value = o.partition("=")
+        if key in ("trainer", "trainer.accelerator"):
+            return "gpu" if value in ("gpu", "cuda") else "cpu"
+    return None
+
+
+def sweep_device(name: str, results: Path | None, overrides: list[str]) -> tuple[bool, list[str]]:
+    """(whether the sweep trains on GPUs, the override that says so). The command or spec decides; else the
+    device its finished jobs ran on; else a GPU where torch sees one. A sweep never mixes devices: on a GPU
+    machine, a sweep whose finished runs are CPU runs stops with one line."""
+    asked = _asked_device(overrides)
+    if asked is not None:
+        return asked == "gpu", []
+    finished = finished_values(results / name)["trainer.accelerator"] if results is not None else {}
+    if "gpu" in finished:
+        return True, []  # shared_overrides keeps it there (and stops on a machine without a GPU)
+    if not torch.cuda.is_available():
+        return False, []
+    if finished:
+        job = next(iter(finished.values()))
+        raise SweepError(f"{results / name} holds CPU runs ({job}) and this machine has a GPU: a sweep never mixes "
+                         f"devices; run the GPU sweep under its own name (NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
+                         f"(ARGS=trainer=cpu)")
+    return True, ["trainer=gpu"]
 
 
 def parallel_jobs(launcher: str, jobs: int | None, cores: int) -> tuple[str, int, int | None]:

@@ -22,7 +22,9 @@ from headsweep.training.runs import RESULTS, adopt_run, copy_run, export_run, is
 
 # What makes two runs the same experiment (and the same outputs: the analysis after training counts);
 # paths, loggers, threads, launcher and names may differ.
-EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "average_last", "analysis")
+# The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ).
+EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "trainer.accelerator",
+                   "average_last", "analysis")
 # Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")
 

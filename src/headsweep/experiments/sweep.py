@@ -23,6 +23,12 @@ later run of the full command. Names and outputs are the full sweep's.
 
 Cores: --jobs N runs N jobs at once (Hydra's joblib launcher) with cores / N torch threads each, set
 before torch starts (OMP_NUM_THREADS) and recorded in results.json.
+
+GPUs: where torch sees CUDA (and neither the command nor the sweep's finished runs say CPU), every job
+trains with trainer=gpu (bf16-mixed, torch's SDPA kernels), and several jobs share each card: as many as
+its free memory holds at the largest per-job peak earlier GPU runs recorded (headsweep.experiments.packing),
+at most one per CPU core; --jobs N asks for N and is checked against the same limit. Several cards: jobs
+spread round-robin. A sweep never mixes devices: name a GPU sweep of a CPU spec with --name (table3_a_h100).
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ from headsweep.experiments.specs import SweepError
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="a spec in sweeps/, e.g. table3_a")
+    parser.add_argument("--name", default=None,
+                        help="the sweep's own name when it is not the spec's (its multirun/ and results/ folders), "
+                             "e.g. table3_a_h100 for the spec table3_a run on a GPU")
     parser.add_argument("--seeds", type=int, default=None,
                         help="run seeds 1..N of every cell (default: the spec's seed values, as W&B agents run)")
     parser.add_argument("--budget", help="a conf/budget option, e.g. ablation (the shipped results') or short")
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
                      root=args.root, results=args.results, jobs=args.jobs,
-                     only=[g.strip() for g in args.only.split(",") if g.strip()])
+                     only=[g.strip() for g in args.only.split(",") if g.strip()], name_as=args.name)
         return run(sweep, args.dry)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
