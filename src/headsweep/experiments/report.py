@@ -3,6 +3,7 @@ and .json (its cells, for the index), PNG plots, and reports/index.html linking 
 every prune report (`--sweep all`: every sweep under --root).
 
     python -m headsweep.experiments.report --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
+        [--stuck-threshold X]
 
 Reads nothing but the runs' results.json files under results/<sweep>/ and the files they name
 (hypotheses, metrics CSV; the test references from each run's data config), so it works offline and on
@@ -10,8 +11,10 @@ copied runs, and writes nothing there. A run that cannot be compared (unfinished
 sweep's, files missing) is named with why, on stderr and in the report, and left out of every number.
 One row per grid cell, seeds pooled: BLEU/chrF as mean ± sd over seeds, Δ test BLEU against the base cell
 (tagged `base` by `make sweep`) with p-values from sacreBLEU's paired bootstrap (Holm-corrected), and the
-paper's numbers for the matching Table 3 row; the rest of each cell in a collapsible block. With
-WANDB_MODE=online the table also goes to W&B.
+paper's numbers for the matching Table 3 row; the rest of each cell in a collapsible block. Runs stuck on
+an early plateau are flagged, kept in every number and shown beside them (report_stuck: the threshold is
+chosen from every sweep's runs under --root, or given with --stuck-threshold); the report says whether the
+budget was long enough (report_convergence). With WANDB_MODE=online the table also goes to W&B.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 
 from headsweep.analysis.compare import report_section
+from headsweep.experiments import report_convergence, report_stuck
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
@@ -132,6 +136,57 @@ def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[st
                 base)
 
 
+def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
+    """The varied settings Table 3 has no column for (head dropout, say): a cell that differs from the base in
+    one has no paper row, even when its Table 3 columns equal the base's."""
+    flats = [r.flat for c in cells for r in c.runs]
+    return [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)] \
+        if base and len(cells) > 1 else []
+
+
+def early_references(cells: list[Cell]) -> dict[str, Cell]:
+    """Each cell's reference for early val loss (report_stuck): the base, or the base at the cell's model size
+    where the sweep has it (the cell `reference` compares it with), that cell itself included; with no cell
+    tagged base, the first cell stands in."""
+    base = next((c for c in cells if c.base), cells[0])
+    other_keys = off_table_keys(cells, base)
+    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
+    like_base = scaled_settings(base, other_keys)
+    refs = {}
+    for c in cells:
+        if c is not base and size(c) != size(base) and scaled_settings(c, other_keys) == like_base:
+            refs[c.label] = c  # the base at its size: its own runs set the normal early loss there
+        else:
+            refs[c.label] = reference(c, cells, base, other_keys) or base
+    return refs
+
+
+def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
+    """What the stuck-run threshold is chosen from: the early excess of every distinct run of every sweep
+    under root (or of `sweeps`), a run copied into several sweeps once (the same seed, early val loss and
+    test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and test BLEU."""
+    seen: dict[tuple, tuple[str, float, bool, float, float]] = {}
+    used = set()
+    for sweep in sweeps_in(root) if sweeps is None else sweeps:
+        runs, _ = load_runs(root / sweep, sweep)
+        if not runs:
+            continue
+        cells = group_cells(runs)
+        refs = early_references(cells)
+        early = report_stuck.early_losses(cells, refs)
+        for c in cells:
+            for r in c.runs:
+                if r.dir in early:
+                    e, bleu = early[r.dir], r.results["metrics"]["test/bleu"]
+                    seen.setdefault((r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c,
+                                                            e.loss, bleu))
+                    used.add(sweep)
+    values = list(seen.values())
+    return {"runs": [v[0] for v in values], "excesses": [v[1] for v in values],
+            "base_excesses": [v[1] for v in values if v[2]], "pairs": [(v[3], v[4]) for v in values],
+            "n_sweeps": len(used)}
+
+
 def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     """Fill each cell's row; return what the report says around the table."""
     base = next((c for c in cells if c.base), None)
@@ -141,11 +196,7 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
         c.row.update(cell_numbers(c))
     signature = None
     floor = 1 / (n_samples + 1)  # sacreBLEU's p = (resamples favouring the base + 1) / (n + 1)
-    # a cell that differs from the base in a setting Table 3 has no column for (head dropout, say) has no
-    # paper row, even when its Table 3 columns equal the base's
-    flats = [r.flat for c in cells for r in c.runs]
-    other_keys = [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)] \
-        if base and len(cells) > 1 else []
+    other_keys = off_table_keys(cells, base)
     for c in cells:
         row = c.row
         ref = reference(c, cells, base, other_keys)
@@ -268,6 +319,10 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
                      "so the table has no paper columns; the base's row is in its details.")
     lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
     lines += [w for c in cells for w in missing_words(c)]
+    if "stuck" in info:
+        lines.append(report_stuck.note(cells, info["stuck"]["early"], info["stuck"]["threshold"]))
+    if info.get("convergence", {}).get("not_converged"):
+        lines.append("Not converged: differences may be speeds of learning (see Is the budget long enough?).")
     lines.append(loss_note(cells))  # does training diverge at this learning rate (the open issue on d_model 512)?
     lines.append(machine_note(cells))
     if left_out:
@@ -280,7 +335,7 @@ def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[s
                    figures: list[tuple[Path, str]], section: str | None) -> str:
     """The page: title, notes, the table and each cell's details, the findings, the figures, the head
     analysis where the runs have one, the method."""
-    findings = verdicts(cells) + ranking_words(info["ranking"], cells)
+    findings = verdicts(cells)
     method = [POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)), PAPER,
               FLOPS.format(context=cells[0].row["flops_context"])]
     if info["signature"]:
@@ -290,6 +345,10 @@ def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[s
     md = [f"# {head}", "", *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
           "Per cell:", "", *[line for c in cells for line in cell_details(c, info["n_samples"])],
           *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
+          *(report_stuck.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
+            if "stuck" in info else []),
+          *(report_convergence.words(info["convergence"], ranking_words(info["ranking"], cells), info["ranking"])
+            if "convergence" in info else []),
           "## Figures", "", *figures_note,
           *[line for i, (path, caption) in enumerate(figures, 1) for line in
             (figure(path.name, f"Figure {i}. {caption}"), "")]]
@@ -321,8 +380,30 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
     return True
 
 
+def stuck_runs(cells: list[Cell], root: Path, threshold: float | None, pool: dict | None) -> dict:
+    """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from every
+    sweep's runs under root (`pool`: early_pool(root), computed here when not passed)."""
+    if threshold is not None:
+        chosen = report_stuck.Threshold(report_stuck.check_threshold(threshold), "given")
+        pool = pool or {}
+    else:
+        pool = pool if pool is not None else early_pool(root)
+        chosen = report_stuck.choose_threshold(pool["excesses"], pool["base_excesses"], pool["n_sweeps"])
+    early = report_stuck.early_losses(cells, early_references(cells))
+    report_stuck.flag(cells, early, chosen.value)
+    pairs = pool.get("pairs") or []
+    return {"early": early, "threshold": chosen,
+            "pooled_r": (report_stuck.correlation(pairs), len(pairs)) if pairs else None}
+
+
 def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path("reports"),
-                 n_samples: int = 1000) -> list[Path]:
+                 n_samples: int = 1000, stuck_threshold: float | None = None, pool: dict | None = None) -> list[Path]:
+    """One sweep's report files. stuck_threshold: --stuck-threshold (None: chosen from the runs under root,
+    `pool` where the caller has it)."""
+    try:
+        report_stuck.check_threshold(stuck_threshold)
+    except ValueError as e:
+        raise ReportError(str(e)) from None
     sweep_dir = root / sweep
     if not sweep_dir.is_dir():
         raise ReportError(f"no runs of sweep '{sweep}': {sweep_dir} does not exist; run `make sweep SWEEP={sweep}` first")
@@ -335,6 +416,8 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     cells = group_cells(runs)
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
+    info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool)
+    info["convergence"] = report_convergence.convergence(cells)
     speed = decode_speed_columns(sweep_dir)
     for c in cells:
         c.row["measured"] = speed.get(c.label, {})
@@ -358,6 +441,20 @@ def sweeps_in(root: Path) -> list[str]:
     return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/results.json"))) if root.is_dir() else []
 
 
+def stuck_threshold_arg(text: str | None) -> float | None:
+    """--stuck-threshold's value, or one line (ReportError) saying what is allowed."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = text
+    try:
+        return report_stuck.check_threshold(value)
+    except ValueError as e:
+        raise ReportError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a; all: every sweep under --root")
@@ -365,12 +462,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)")
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where the report goes")
     parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
+    # a string, checked below: argparse's own type error would print the usage line as well
+    parser.add_argument("--stuck-threshold", default=None, metavar="X",
+                        help="early val loss above the base's median (nats per subword, 0 < X < 10) from which a "
+                             "run counts as stuck; default: chosen from every sweep's runs under --root")
     args = parser.parse_args(argv)
-    names = sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
     try:
+        threshold = stuck_threshold_arg(args.stuck_threshold)
+        names = sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
         if not names:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
-        paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples)]
+        pool = None if threshold is not None else early_pool(args.root)  # once for every sweep
+        paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples, threshold, pool)]
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

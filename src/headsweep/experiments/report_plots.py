@@ -31,9 +31,15 @@ def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> 
     xlabel = reader_name(key) if numeric or len(keys) == 1 else "cell"
     xs = [c.runs[0].flat[key] if numeric else i for i, c in enumerate(cells)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    stuck_shown = False
     for x, c in zip(xs, cells):
         ys = c.row["test_bleu_seeds"]
+        stuck = [y for y, seed in zip(ys, c.row["seeds"]) if seed in c.row.get("stuck_seeds", [])]  # report_stuck
         ax.scatter([x] * len(ys), ys, color="0.6", s=14, zorder=2, label="one seed" if c is cells[0] else None)
+        if stuck:
+            ax.scatter([x] * len(stuck), stuck, color="C3", marker="x", s=30, zorder=4,
+                       label=None if stuck_shown else "stuck seed (early plateau)")
+            stuck_shown = True
         ax.errorbar([x], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o", color="C0",
                     capsize=4, zorder=3, label="mean ± sd over seeds" if c is cells[0] else None)
     base = next((c for c in cells if c.base), None)
@@ -59,7 +65,8 @@ def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path, (f"Test BLEU of each cell against {xlabel}: each seed (grey), the mean ± sd over seeds (blue), "
-                  "the base cell's mean (dashed).")
+                  "the base cell's mean (dashed)" + ("; a red cross marks a seed stuck on an early plateau (Stuck "
+                                                     "runs), counted in the mean." if stuck_shown else "."))
 
 
 def params_plot(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path, str]:

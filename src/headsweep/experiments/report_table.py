@@ -72,9 +72,11 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
     paper = shows_paper(cells)
     measured = list(dict.fromkeys(k for c in cells for k in c.row.get("measured", {})))  # e.g. decoding speed
     scaled = any(c.row.get("against") for c in cells)  # some cells are compared with the base at their size
+    stuck = any(c.row.get("stuck_seeds") for c in cells)  # report_stuck: a column only where a run is stuck
     columns = (["cell", "h", "d_k", "d_v", *map(reader_name, extra)] + ["params (M)"] * params
                + ["attn MFLOP/token"] * flops + measured + ["steps"] * steps
-               + ["BLEU test"] + ["against"] * scaled + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
+               + ["BLEU test"] + ["stuck"] * stuck + ["against"] * scaled
+               + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
                + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper)
     body = []
     for c in cells:
@@ -84,6 +86,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row += [r.get("measured", {}).get(k, "—") for k in measured]
         row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
         row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"])]
+        row += [f"{len(r['stuck_seeds'])} of {r['checked']}" if r.get("stuck_seeds") else "—"] * stuck
         row += [r.get("against") or ("—" if c.base else "base")] * scaled
         row += ["—" if r["delta"] is None else f"{r['delta']:+.2f}",
                 fmt_p(r.get("p_holm"), r["p_bound"]), fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
@@ -121,6 +124,7 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
                      + (f", params {paper['params_M']:.0f} M" if paper.get("params_M") else ", no parameter count"))
     lines += [f"- {w}" for w in missing_words(c)]
     lines.append(f"- {cell_loss_words(c)}")
+    lines += [f"- {r[k]}" for k in ("early_words", "last_third_words") if r.get(k)]  # report_stuck, report_convergence
     return details(f"{display(c)}: runs, seeds, steps, val loss, precision, parameters, p-values", lines, anchor(c))
 
 

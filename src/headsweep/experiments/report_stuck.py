@@ -1,0 +1,264 @@
+"""Stuck runs: runs that sat on an early plateau, found by their val loss early in training, flagged in the
+report and shown beside every number, never dropped from one.
+
+Early val loss: a run's val loss at the validation nearest EARLY_SHARE (40%) of its trainer.max_steps
+(step 460 of 1,150 under budget=ablation, 920 of 2,300 at twice it). Its excess: that minus the median of
+the same validation over the runs of its reference cell, the sweep's base cell or, for a cell of another
+model size (N, d_model, d_ff), the base at that size where the sweep has one (the cell the report compares
+it with: a wider model's early loss is lower whatever its h). A run is stuck when its excess is above the
+threshold.
+
+The threshold, chosen from the data (`choose_threshold`): pool the excess of every distinct run under the
+results folder (a run copied into several sweeps counts once). Seed noise is the sd of the base runs'
+excesses (their scatter around their own cell's median). Leave out everything within FLOOR_SPREADS (5) of
+those sds of the base, where seeds scatter and cells differ by design. The threshold is the midpoint of the
+widest gap between consecutive pooled excesses above that floor, among the gaps that leave at least
+MIN_GROUP (3) runs above them (one extreme run makes no group). On the 112 distinct shipped runs of 12
+sweeps: seed sd 0.029 over 17 base runs, floor 0.144, widest gap 0.337 -> 0.391, threshold 0.364 (the
+SHIPPED_THRESHOLD); 20 runs above it (every kv 1 and kv 2 run, every h = 1 run at d_model 512, three of
+the six h = 32 / d_k = 32 runs, two head-dropout-0.2 runs), and every one ended at or below 29.5 test BLEU.
+When the pooled runs cannot support the rule (fewer than two base runs, or no such gap), the report uses
+SHIPPED_THRESHOLD and says so. `make report ARGS="--stuck-threshold X"` (0 < X < 10) overrides it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.stats import pearsonr
+
+from headsweep.experiments.cells import Cell, Run, learning_curve
+from headsweep.experiments.report_table import display, fmt
+from headsweep.reporting.markdown import table as markdown_table
+from headsweep.reporting.stats import mean_sd
+
+EARLY_SHARE = 0.4        # of trainer.max_steps: where a stuck run's plateau shows and a normal run has left it
+FLOOR_SPREADS = 5        # gaps count only this many seed sds above the base
+MIN_GROUP = 3            # runs at least above a gap for it to set the threshold
+SHIPPED_THRESHOLD = 0.364  # the rule on the 112 shipped runs; the fallback where the data are too few
+THRESHOLD_RANGE = (0.0, 10.0)  # open: a val-loss difference (nats per subword) a report can use
+
+
+@dataclass(frozen=True)
+class Early:
+    """A run's early val loss and its excess over its reference cell's median there."""
+    step: int
+    loss: float
+    reference: str           # the reference cell's label
+    reference_median: float
+    excess: float
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    how: str                 # "data": the rule on the pooled runs; "shipped": its fallback; "given": --stuck-threshold
+    n_runs: int = 0
+    n_base: int = 0
+    n_sweeps: int = 0
+    seed_sd: float | None = None
+    floor: float | None = None
+    gap: tuple[float, float] | None = None
+
+
+def check_threshold(value: float | None) -> float | None:
+    """--stuck-threshold: None (choose from the data) or a number in (0, 10); anything else is one line."""
+    if value is None:
+        return None
+    lo, hi = THRESHOLD_RANGE
+    if not (isinstance(value, (int, float)) and lo < value < hi):  # NaN fails too
+        raise ValueError(f"--stuck-threshold: got {value!r}; allowed: a number between {lo:g} and {hi:g} "
+                         "(exclusive), the rise in early val loss over the base's median, in nats per subword, "
+                         "above which a run counts as stuck; leave it out to choose it from the data")
+    return float(value)
+
+
+def early_point(run: Run) -> tuple[int, float] | None:
+    """(step, val loss) at the validation nearest EARLY_SHARE of the run's trainer.max_steps (the earlier of
+    two as near); None without a val loss in its metrics CSV."""
+    points = sorted((s, v["val/loss"]) for s, v in learning_curve(run).items() if "val/loss" in v)
+    if not points:
+        return None
+    target = EARLY_SHARE * run.results["config"]["trainer"]["max_steps"]
+    return min(points, key=lambda p: abs(p[0] - target))
+
+
+def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, Early]:
+    """Each run's Early, by run directory; a run without a validation, or whose reference cell has none,
+    is absent (said in the report as not checked)."""
+    points = {r.dir: early_point(r) for c in cells for r in c.runs}
+    medians = {}
+    for ref in {id(v): v for v in references.values()}.values():
+        losses = [points[r.dir][1] for r in ref.runs if points.get(r.dir)]
+        medians[ref.label] = statistics.median(losses) if losses else None
+    out = {}
+    for c in cells:
+        ref = references[c.label]
+        for r in c.runs:
+            if points[r.dir] is None or medians[ref.label] is None:
+                continue
+            step, loss = points[r.dir]
+            out[r.dir] = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label])
+    return out
+
+
+def choose_threshold(excesses: list[float], base_excesses: list[float], n_sweeps: int = 0) -> Threshold:
+    """The module's rule on pooled excesses (every distinct run's, base runs included) and the base runs'
+    excesses; SHIPPED_THRESHOLD where the data cannot support it."""
+    counts = dict(n_runs=len(excesses), n_base=len(base_excesses), n_sweeps=n_sweeps)
+    if len(base_excesses) < 2:
+        return Threshold(SHIPPED_THRESHOLD, "shipped", **counts)
+    seed_sd = statistics.stdev(base_excesses)
+    floor = statistics.median(base_excesses) + FLOOR_SPREADS * seed_sd
+    above = sorted(x for x in excesses if x > floor)
+    # gaps between consecutive excesses above the floor, leaving at least MIN_GROUP runs above each
+    gaps = [(hi - lo, lo, hi) for i, (lo, hi) in enumerate(zip(above, above[1:])) if len(above) - (i + 1) >= MIN_GROUP]
+    if not gaps:
+        return Threshold(SHIPPED_THRESHOLD, "shipped", seed_sd=seed_sd, floor=floor, **counts)
+    _, lo, hi = max(gaps)
+    return Threshold((lo + hi) / 2, "data", seed_sd=seed_sd, floor=floor, gap=(lo, hi), **counts)
+
+
+def flag(cells: list[Cell], early: dict[Path, Early], threshold: float) -> None:
+    """Fill each cell's row: its runs' early losses and stuck flags, and test BLEU with and without the stuck
+    runs (every run stays in every other number of the report)."""
+    for c in cells:
+        seeds = [(r.seed, early.get(r.dir), r.results["metrics"]["test/bleu"]) for r in c.runs]
+        stuck = [s for s, e, _ in seeds if e is not None and e.excess > threshold]
+        kept = [b for s, _, b in seeds if s not in stuck]
+        c.row.update(early=seeds, stuck_seeds=stuck, checked=sum(e is not None for _, e, _ in seeds),
+                     bleu_all=mean_sd([b for *_, b in seeds]), bleu_kept=mean_sd(kept), n_kept=len(kept))
+        c.row["early_words"] = early_words(c, threshold)  # the cell's details (report_table.cell_details)
+
+
+def disagreeing(cells: list[Cell]) -> list[Cell]:
+    """Cells whose checked seeds disagree: some stuck, some not."""
+    return [c for c in cells if c.row["stuck_seeds"] and len(c.row["stuck_seeds"]) < c.row["checked"]]
+
+
+def correlation(pairs: list[tuple[float, float]]) -> float | None:
+    """Pearson's r (scipy) between early val loss and test BLEU; None below 3 runs or for a constant side."""
+    if len(pairs) < 3 or len({x for x, _ in pairs}) < 2 or len({y for _, y in pairs}) < 2:
+        return None
+    return float(pearsonr([x for x, _ in pairs], [y for _, y in pairs]).statistic)
+
+
+# ----------------------------------------------------------------------------- words
+
+
+def threshold_words(t: Threshold) -> str:
+    """The threshold, and how it was chosen, with its numbers."""
+    if t.how == "given":
+        return f"threshold {t.value:.3f}, given with --stuck-threshold (the data's rule not applied)"
+    pooled = (f"the early excess of the {t.n_runs} distinct runs of {t.n_sweeps} sweep{'s' * (t.n_sweeps != 1)} "
+              f"in the results folder")
+    rule = (f"the midpoint of the widest gap between consecutive values of {pooled}, among the gaps above a floor "
+            f"(the base runs' median excess plus {FLOOR_SPREADS} seed sds; seed sd: the sd of the {t.n_base} base "
+            f"runs' excesses around their own cell's median) that leave at least {MIN_GROUP} runs above them")
+    if t.how == "data":
+        return (f"threshold {t.value:.3f}, chosen from the data: {rule}; seed sd {t.seed_sd:.3f}, floor "
+                f"{t.floor:.3f}, widest gap {t.gap[0]:.3f} → {t.gap[1]:.3f}")
+    why = "fewer than two base runs" if t.seed_sd is None else "no such gap"
+    return (f"threshold {t.value:.3f}: the rule ({rule}) on the 112 shipped runs; the runs here cannot support "
+            f"the rule ({why})")
+
+
+def bleu_text(mean_and_sd: tuple[float | None, float | None], n: int) -> str:
+    return "—" if mean_and_sd[0] is None else f"{fmt(mean_and_sd[0], 2, mean_and_sd[1])} (n = {n})"
+
+
+def with_without_table(cells: list[Cell]) -> list[str]:
+    """Each cell's mean test BLEU over all its runs and without its stuck ones, and the Δ against the cell
+    the main table compares it with, stuck runs left out on both sides."""
+    by_label = {c.label: c for c in cells}
+    rows = []
+    for c in cells:
+        r = c.row
+        ref = by_label.get(r.get("against") or "") or next((o for o in cells if o.base), None)
+        delta = None if c.base or ref is None or r["bleu_kept"][0] is None or ref.row["bleu_kept"][0] is None \
+            else r["bleu_kept"][0] - ref.row["bleu_kept"][0]
+        stuck = ", ".join(f"s{s}" for s in r["stuck_seeds"]) or "—"
+        rows.append([display(c), f"{len(r['stuck_seeds'])} of {r['checked']}" if r["checked"] else "not checked",
+                     stuck, bleu_text(r["bleu_all"], len(c.runs)), bleu_text(r["bleu_kept"], r["n_kept"]),
+                     "—" if delta is None else f"{delta:+.2f}"])
+    return markdown_table(["cell", "stuck", "stuck seeds", "BLEU test, every run", "BLEU test, stuck runs left out",
+                           "Δ BLEU test, stuck left out"], rows, align=True)
+
+
+def early_words(c: Cell, threshold: float) -> str:
+    """A cell's details: each seed's early val loss and excess, stuck ones marked."""
+    parts = []
+    for seed, e, _ in c.row["early"]:
+        if e is None:
+            parts.append(f"seed {seed} not checked (no val loss)")
+        else:
+            mark = " STUCK" if e.excess > threshold else ""
+            parts.append(f"seed {seed} {e.loss:.3f} at step {e.step} ({e.excess:+.3f}){mark}")
+    ref = next((e for _, e, _ in c.row["early"] if e is not None), None)
+    against = f" against {ref.reference}'s median {ref.reference_median:.3f}" if ref else ""
+    return f"early val loss{against} (stuck above +{threshold:.3f}): " + "; ".join(parts)
+
+
+def section(cells: list[Cell], early: dict[Path, Early], t: Threshold,
+            pooled_r: tuple[float | None, int] | None = None) -> list[str]:
+    """The report's "Stuck runs" section: the rule, the flagged runs, the cells with and without them, the
+    cells whose seeds disagree, and how well early val loss predicts test BLEU."""
+    steps = sorted({e.step for e in early.values()})
+    runs = [(c, r) for c in cells for r in c.runs]
+    stuck = [(c, r, early[r.dir]) for c, r in runs if r.dir in early and early[r.dir].excess > t.value]
+    unchecked = [r.dir.name for _, r in runs if r.dir not in early]
+    refs = sorted({e.reference for e in early.values()})
+    lines = ["## Stuck runs", ""]
+    if not early:
+        return lines + ["No run has a val loss in its metrics CSV: nothing to check for an early plateau.", ""]
+    lines.append(f"- Early val loss: each run's val loss at the validation nearest {EARLY_SHARE:.0%} of "
+                 f"trainer.max_steps (step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}), minus the median "
+                 f"of its reference cell's runs there (the base, or the base at the cell's model size: "
+                 f"{', '.join(refs)}). A run is stuck on an early plateau when that excess is above the "
+                 f"{threshold_words(t)}.")
+    if stuck:
+        lines.append(f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked): "
+                     + "; ".join(f"`{r.dir.name}` {e.loss:.3f} at step {e.step} ({e.excess:+.3f}), test BLEU "
+                                 f"{r.results['metrics']['test/bleu']:.2f}" for c, r, e in stuck) + ".")
+    else:
+        lines.append(f"- No run is stuck: every checked run's excess is at most {t.value:.3f} "
+                     f"(the largest: {max(e.excess for e in early.values()):+.3f}).")
+    split = disagreeing(cells)
+    if split:
+        named = [f"{display(c)} (stuck: seed{'s' * (len(c.row['stuck_seeds']) > 1)} "
+                 f"{', '.join(map(str, c.row['stuck_seeds']))} of {c.row['checked']})" for c in split]
+        lines.append("- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: "
+                     + "; ".join(named) + ".")
+    elif stuck:
+        lines.append("- No cell's seeds disagree: a cell's seeds are all stuck or none is.")
+    if unchecked:
+        lines.append(f"- Not checked (no val loss in the metrics CSV): {', '.join(unchecked)}.")
+    pairs = [(early[r.dir].loss, r.results["metrics"]["test/bleu"]) for _, r in runs if r.dir in early]
+    r_sweep = correlation(pairs)
+    if r_sweep is not None or (pooled_r and pooled_r[0] is not None):
+        said = [f"over this sweep's {len(pairs)} runs r = {r_sweep:.2f}"] if r_sweep is not None else []
+        if pooled_r and pooled_r[0] is not None:
+            said.append(f"over the {pooled_r[1]} distinct runs of every sweep in the results folder "
+                        f"r = {pooled_r[0]:.2f}")
+        lines.append("- Early val loss against final test BLEU (Pearson): " + "; ".join(said) + ".")
+    lines.append("")
+    if stuck:
+        lines += ["Every run stays in the table above and in every p-value; here each cell's test BLEU with and "
+                  "without its stuck runs (mean ± sd over seeds, n runs):", "",
+                  *with_without_table(cells), ""]
+    return lines
+
+
+def note(cells: list[Cell], early: dict[Path, Early], t: Threshold) -> str:
+    """The one bullet above the table."""
+    n = sum(len(c.row["stuck_seeds"]) for c in cells)
+    if not early:
+        return "Stuck runs: not checked (no val loss in any metrics CSV)."
+    if not n:
+        return f"No run is stuck on an early plateau (early val loss threshold {t.value:.3f}; see Stuck runs)."
+    split = disagreeing(cells)
+    return (f"{n} run{'s' * (n != 1)} stuck on an early plateau (early val loss more than {t.value:.3f} above the "
+            f"base's median; column 'stuck'); kept in every number, shown without them under Stuck runs"
+            + (f"; seeds disagree in {', '.join(display(c) for c in split)}" if split else "") + ".")
