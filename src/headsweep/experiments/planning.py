@@ -1,6 +1,8 @@
 """Planning a sweep: every job of sweeps/<name>.yaml (grid cell x seed), each cell composed and its model
 built on the meta device first, so a bad key or value, cells that would train for unequal steps or in
-different precisions or devices, or more jobs than cores stop the sweep with one line before any job starts."""
+different precisions, devices or inits, or more jobs than cores stop the sweep with one line before any job
+starts. Then each cell's model is built on the CPU at init and measured (headsweep.experiments.init_check):
+a cell that differs from its base in what it does not vary on purpose gets one printed line."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.experiments.init_check import confound_lines, measure
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.experiments.packing import (DEFAULT_FOOTPRINT_GIB, cards, device_override, device_slug, measured_footprint,
                                          packed_jobs)
@@ -77,11 +80,14 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     check_overrides(common, spec, path)
     composed = [compose_cell(common, cell, path) for cell in cells]
     labels = check_cells(composed, path)
+    checks = [measure(c[4], seed_list[0], first_layer=True) for c in composed]  # on the CPU: ~0.1 s a cell
+    for line in confound_lines(name, labels, [c[0] for c in composed], checks):
+        print(line, flush=True)
 
     sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
-        for i, (cell, label, (flat, tags, analysis, plain)) in enumerate(zip(cells, labels, composed)):
+        for i, (cell, label, (flat, tags, analysis, plain, _)) in enumerate(zip(cells, labels, composed)):
             run = f"{label}-s{seed}"
             card = device_override(len(sweep.jobs), n_cards)  # several GPUs: jobs spread round-robin
             job = Job(
@@ -160,8 +166,9 @@ def check_overrides(common: list[str], spec: dict, path: Path) -> None:
             raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
 
 
-def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, list, dict | None, dict]:
-    """(flat settings, tags, analysis settings or None, plain values to pass on) of one checked grid cell."""
+def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, list, dict | None, dict, dict]:
+    """(flat settings, tags, analysis settings or None, plain values to pass on, the model config) of one
+    checked grid cell."""
     try:
         cfg = compose([*common, *cell])
         check_config(cfg)
@@ -175,11 +182,12 @@ def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, 
         raise SweepError(f"{path}: cell {' '.join(cell)}: {_first_line(e)}") from None
     flat = flatten_config(cfg)
     flat.update(plain)
-    return flat, list(cfg.tags), analysis, plain
+    return flat, list(cfg.tags), analysis, plain, OmegaConf.to_container(cfg.model, resolve=True)
 
 
 def check_cells(composed: list[tuple], path: Path) -> list[str]:
-    """The cells' labels, once the cells train for equal steps in one precision and differ from each other."""
+    """The cells' labels, once the cells train for equal steps in one precision from one init and differ from
+    each other."""
     flats = [c[0] for c in composed]
     steps = {f["trainer.max_steps"] for f in flats}
     if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
@@ -189,6 +197,10 @@ def check_cells(composed: list[tuple], path: Path) -> list[str]:
         if len(values := {str(f.get(key)) for f in flats}) > 1:
             raise SweepError(f"{path}: the cells would train with different {key} ({', '.join(sorted(values))}); a "
                              f"sweep compares cells in one precision on one device: set {key} for the whole sweep")
+    if len(inits := {str(f.get("model.init")) for f in flats}) > 1:
+        raise SweepError(f"{path}: the cells would start from different model.init ({', '.join(sorted(inits))}); an "
+                         "init is the protocol, not an ablated setting: set model.init for the whole sweep (a mirror "
+                         "cell scales K/V with model.init_kv_gain instead)")
     labels = cell_labels([{k: v for k, v in f.items() if k != "module.peak_lr"} for f in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")

@@ -75,9 +75,12 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
 # Settings added after runs were recorded, with the value that reproduces those runs: a saved config
 # without the key is read with it, so older reference results still compare as the same experiment.
 ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05,
-                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None}
+                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None,
+                  # issue 42: runs before it used xavier on every attention projection, and decayed by
+                  # the larger of the step and time shares under every budget
+                  "model.init": "xavier", "model.init_kv_gain": 1.0, "module.decay_by": "steps_or_time"}
 # Cell-name parts of settings outside Table 3 (label_part): h8-dk32-dv32-kv2, ...-fixed_enc7.
-LABEL_ALIASES = {"model.kv_heads": "kv", **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}"
+LABEL_ALIASES = {"model.kv_heads": "kv", "model.init_kv_gain": "kvgain", **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}"
                                              for kind in FIXED_KINDS}}
 
 

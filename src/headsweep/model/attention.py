@@ -30,6 +30,9 @@ from headsweep.model.patterns import FixedPatterns
 
 IMPLS = ("fused", "per_head")
 KERNELS = ("auto", "math", "sdpa")
+# Initialisations of the attention projections (init_projection): fan_in keeps every projection's gain at 1
+# whatever h, d_k, d_v and kv_heads; xavier, the earlier default, moves with them (it depends on fan-out).
+INITS = ("fan_in", "xavier")
 _LAYOUT = {"fused": "proj", "per_head": "heads"}  # attribute suffix of the Q/K/V projections
 
 
@@ -115,8 +118,11 @@ class MultiHeadAttention(nn.Module):
         concrete_gates: bool = False,
         kv_heads: int | None = None,
         fixed=(),
+        init: str = "fan_in",
+        init_kv_gain: float = 1.0,
     ):
         super().__init__()
+        check_init(init, init_kv_gain)
         if heads < 1:
             raise ValueError(f"heads must be >= 1, got {heads}")
         if (d_k is None or d_v is None) and d_model % heads:
@@ -138,6 +144,7 @@ class MultiHeadAttention(nn.Module):
         if self.d_k < 1 or self.d_v < 1:
             raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
         self.impl, self.kernel, self.dropout, self.head_dropout = impl, kernel, dropout, head_dropout
+        self.init, self.init_kv_gain = init, float(init_kv_gain)
         self.fixed = FixedPatterns(fixed) if len(fixed) else None
         self.n_fixed = len(fixed)
         self.proj_heads = projection_heads(heads, self.kv_heads, self.n_fixed)
@@ -158,10 +165,11 @@ class MultiHeadAttention(nn.Module):
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
-        # Xavier-uniform on each projection, as torch.nn.MultiheadAttention does on its packed weight.
-        for m in self.modules():  # the concrete gates' log alpha keeps its own init
+        # One uniform_ per projection, in module order (init_projection); W^K and W^V times init_kv_gain.
+        for name, m in self.named_modules():  # the concrete gates' log alpha keeps its own init
             if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
+                gain = self.init_kv_gain if name.split(".")[0] in KV_PROJECTIONS else 1.0
+                init_projection(m.weight, self.init, gain)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
@@ -296,6 +304,32 @@ class MultiHeadAttention(nn.Module):
         return f"heads={self.heads}, d_k={self.d_k}, d_v={self.d_v}{shared}, impl={self.impl}"
 
 
+KV_PROJECTIONS = ("k_proj", "v_proj", "k_heads", "v_heads")  # W^K and W^V in either layout
+
+
+def check_init(init: str, init_kv_gain: float) -> None:
+    if init not in INITS:
+        raise ValueError(f"init={init!r}: use one of {', '.join(INITS)} (fan_in: every attention projection at gain "
+                         "1 whatever the head sizes; xavier: the earlier runs' init)")
+    if not (isinstance(init_kv_gain, (int, float)) and not isinstance(init_kv_gain, bool) and math.isfinite(init_kv_gain) and init_kv_gain > 0):
+        raise ValueError(f"init_kv_gain={init_kv_gain!r} multiplies the init bound of W^K and W^V: use a finite "
+                         "number > 0 (1.0: no change)")
+
+
+def init_projection(weight: Tensor, init: str, gain: float = 1.0) -> Tensor:
+    """U(-a, a) on a (fan_out, fan_in) weight, a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out)) (xavier: torch's
+    xavier_uniform_, Glorot & Bengio 2010) or with fan_out replaced by fan_in (fan_in: a = gain * sqrt(3 / fan_in),
+    LeCun et al. 1998's variance 1 / fan_in, i.e. kaiming_uniform_ with the linear gain). fan_in gives every
+    projection unit gain, sqrt(fan_in) * std = 1: its output keeps its input's scale whatever h, d_k, d_v or
+    kv_heads, which set fan_out (W^Q, W^K, W^V) or fan_in (W^O). xavier's scale moves with them (kv_heads 1
+    makes W^K, W^V 4/3 times kv_heads 8's at d_model 256). Written as xavier_uniform_ computes it, so that for a
+    square weight (fan_in == fan_out) both are the same single uniform_ call, bit for bit."""
+    fan_out, fan_in = weight.shape
+    std = gain * math.sqrt(2.0 / float(fan_in + (fan_in if init == "fan_in" else fan_out)))
+    a = math.sqrt(3.0) * std
+    return nn.init.uniform_(weight, -a, a)
+
+
 def check_head_sharing(heads: int, kv_heads: int | None, fixed: int) -> None:
     """kv_heads divides h; at most h fixed heads, and not together with shared key/value heads."""
     if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
@@ -315,6 +349,7 @@ def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     new = MultiHeadAttention(
         mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout,
         mha.concrete is not None, mha.kv_heads, mha.fixed.patterns if mha.fixed is not None else (),
+        mha.init, mha.init_kv_gain,
     ).to(mha.out_proj.weight)
     with torch.no_grad():
         new.out_proj.load_state_dict(mha.out_proj.state_dict())

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.model.attention import KVCache, MultiHeadAttention, check_head_sharing, head_sizes, projection_heads
+from headsweep.model.attention import (KVCache, MultiHeadAttention, check_head_sharing, check_init, head_sizes,
+                                       projection_heads)
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
 
 POSITIONS = ("sinusoidal", "learned")
@@ -44,6 +45,8 @@ class TransformerConfig:
     kv_heads: int | None = None  # key/value heads, each shared by heads / kv_heads query heads; None = heads
     fixed_heads: dict | None = None  # {kind: n}: the first n heads of each layer of that kind are fixed patterns
     fixed_patterns: list | None = None  # the patterns of fixed heads 1, 2, ...; None = patterns.DEFAULT_PATTERNS
+    init: str = "fan_in"  # attention projections: "fan_in" (gain 1 whatever the head sizes) or "xavier" (earlier runs)
+    init_kv_gain: float = 1.0  # multiplies the init bound of W^K and W^V
 
     def __post_init__(self):
         if self.positions not in POSITIONS:
@@ -54,6 +57,10 @@ class TransformerConfig:
         for name in ("dropout", "attn_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        try:
+            check_init(self.init, self.init_kv_gain)
+        except ValueError as e:
+            raise ValueError(f"model.{e}") from None
         self._check_heads()
 
     def _check_heads(self) -> None:
@@ -167,7 +174,7 @@ def _attention(cfg: TransformerConfig, kind: str) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, dropout=cfg.attn_dropout,
         impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout, concrete_gates=cfg.concrete_gates,
-        kv_heads=cfg.kv_heads, fixed=cfg.fixed(kind),
+        kv_heads=cfg.kv_heads, fixed=cfg.fixed(kind), init=cfg.init, init_kv_gain=cfg.init_kv_gain,
     )
 
 

@@ -54,7 +54,8 @@ def check_config(cfg: DictConfig) -> None:
                     "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)")
     m = cfg.module
     try:
-        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr)
+        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr,
+                       m.get("decay_by", "steps_or_time"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if cfg.data.max_len > model["max_len"]:
@@ -116,6 +117,9 @@ def check_budget(cfg: DictConfig) -> None:
     if schedule != "inverse_sqrt" and max_steps is None and max_time is None:
         raise ConfigError(f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
                           "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt")
+    if schedule != "inverse_sqrt" and m.get("decay_by") == "steps" and max_steps is None:
+        raise ConfigError(f"module.decay_by=steps decays module.schedule={schedule} by trainer.max_steps, which is unset: "
+                          "set trainer.max_steps, or use module.decay_by=steps_or_time")
     if max_steps is not None and m.warmup_steps >= max_steps:
         raise ConfigError(f"module.warmup_steps={m.warmup_steps} is not shorter than trainer.max_steps={max_steps}: "
                           "training would end before the learning rate peaks; lower module.warmup_steps")

@@ -11,16 +11,19 @@ from torch import Tensor
 from headsweep.data import load_tokenizer
 from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.model.losses import linear_cross_entropy
-from headsweep.training.schedules import SCHEDULES, budget_progress, lr_factor
+from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
 from headsweep.training.translate import corpus_scores, translate
 
 
 def check_settings(label_smoothing: float, schedule: str, decay_fraction: float, eval_every: int, l0_lambda: float,
-                   gate_lr: float) -> None:
+                   gate_lr: float, decay_by: str = "steps_or_time") -> None:
     """The module's settings that cannot work, as one line naming the key (checks.check_config calls it
     before any data is read)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if decay_by not in DECAY_BY:
+        raise ValueError(f"module.decay_by={decay_by!r}: use steps (the learning rate follows the step alone; the "
+                         "time cap only stops the job) or steps_or_time (the larger of the step and time shares)")
     if not 0.0 < decay_fraction <= 1.0:
         raise ValueError(f"module.decay_fraction={decay_fraction} is the share of the budget wsd decays over: "
                          "use a value in (0, 1], e.g. 0.25")
@@ -78,9 +81,10 @@ class TranslationModule(pl.LightningModule):
         length_penalty: float = 0.6,
         l0_lambda: float = 0.0,
         gate_lr: float = 0.05,
+        decay_by: str = "steps_or_time",
     ):
         super().__init__()
-        check_settings(label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr)
+        check_settings(label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr, decay_by)
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
@@ -135,7 +139,7 @@ class TranslationModule(pl.LightningModule):
         warmup_progress = hp.warmup_steps / max_steps if max_steps else 0.0
 
         def factor(done: int) -> float:  # the rate of step done + 1; a plain function: not saved in checkpoints
-            progress = self.budget_spent(done)
+            progress = self.schedule_progress(done)
             return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress, hp.decay_fraction)
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
@@ -148,6 +152,13 @@ class TranslationModule(pl.LightningModule):
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
         elapsed, max_time = train_time(self.trainer)
         return budget_progress(done, max_steps, elapsed or 0.0, max_time)
+
+    def schedule_progress(self, done: int) -> float:
+        """What the learning rate decays by after `done` steps: budget_spent under decay_by=steps_or_time,
+        the step share alone under decay_by=steps (the same schedule on any machine)."""
+        max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
+        elapsed, max_time = train_time(self.trainer)
+        return schedule_progress(self.hparams.decay_by, done, max_steps, elapsed or 0.0, max_time)
 
     # ----- evaluation -----
     def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,

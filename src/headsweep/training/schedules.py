@@ -1,9 +1,11 @@
 """Learning-rate schedules that fit the training budget.
 
 Every schedule warms up linearly for `warmup_steps`, then follows its shape. `linear` and `cosine` decay
-to zero exactly when training ends, whether it ends by trainer.max_steps or by trainer.max_time:
+to zero exactly when training ends. What "ends" means is module.decay_by: `steps_or_time` (make train):
 progress is the larger of the step fraction and the time fraction, so a run cut by the time cap on a
-slow machine still ends annealed. Linear decay to zero is the usual winner at a fixed budget (Li et al.
+slow machine still ends annealed; `steps` (the sweep budgets): progress is the step fraction alone, so
+equal steps mean equal learning rates on any machine, and the time cap only stops a job (the report
+flags it). Linear decay to zero is the usual winner at a fixed budget (Li et al.
 2020, "Budgeted training"). `wsd` (warm-up, stable, decay; Hägele et al. 2024) holds the peak and decays
 linearly to zero over the last `decay_fraction` of the budget. `inverse_sqrt` is the paper's shape, which
 never anneals.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 
 SCHEDULES = ("linear", "cosine", "wsd", "inverse_sqrt")
+DECAY_BY = ("steps", "steps_or_time")  # module.decay_by: what the budget's progress counts
 
 
 def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
@@ -52,3 +55,14 @@ def budget_progress(step: int, max_steps: int | None, elapsed_s: float, max_time
     if max_time_s:
         fractions.append(elapsed_s / max_time_s)
     return min(max(fractions), 1.0)
+
+
+def schedule_progress(decay_by: str, step: int, max_steps: int | None, elapsed_s: float,
+                      max_time_s: float | None) -> float:
+    """The progress the schedule decays by: budget_progress over steps and time (`steps_or_time`), or over
+    steps alone (`steps`: the learning rate is a function of the step, whatever the machine's speed)."""
+    if decay_by not in DECAY_BY:
+        raise ValueError(f"decay_by must be one of {DECAY_BY}, got {decay_by!r}")
+    if decay_by == "steps":
+        return budget_progress(step, max_steps, 0.0, None)
+    return budget_progress(step, max_steps, elapsed_s, max_time_s)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.training.averaging import average_at_end
 from headsweep.machine import describe
+from headsweep.model.diagnostics import init_check
 from headsweep.sizes import comparison_config
 from headsweep.training.checks import (ConfigError, check_config, check_devices, check_resume, default_cell,
                                        default_run_name, torch_threads)
@@ -37,6 +38,7 @@ def train(cfg: DictConfig) -> dict:
         return read_results(out_dir)["metrics"]
     pl.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
+    at_init = init_check(module.net)  # before any weights load: the init this seed gives (the same on resume)
     resume = find_resume(cfg, out_dir, module, datamodule)
     if cfg.get("init_from") and not resume:
         try:
@@ -74,7 +76,7 @@ def train(cfg: DictConfig) -> dict:
                 lg.log_metrics(avg_metrics, step=trainer.global_step)
                 lg.save()  # the trainer has already flushed its loggers for the last time
         results = results_record(cfg, resolved, module, datamodule, metrics, averaged, hyp_files, checkpoint,
-                                 resume[1] if resume else None, wandb_info)
+                                 resume[1] if resume else None, wandb_info, at_init)
         write_json(out_dir / RESULTS, results)
         wandb_summary(loggers, module, metrics, module.scores.get(f"{cfg.data.test_split}.beam", {}))
     finally:
@@ -158,7 +160,7 @@ def write_hypotheses(hyp_dir: Path, hypotheses: dict[str, list[str]], lang: str)
 
 
 def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics: dict, averaged, hyp_files: dict,
-                   checkpoint, resumed_from: int | None, wandb_info: dict) -> dict:
+                   checkpoint, resumed_from: int | None, wandb_info: dict, at_init: dict | None = None) -> dict:
     """Everything results.json says about a finished run (the report and the analysis read only this and
     the files it names)."""
     return {
@@ -183,6 +185,9 @@ def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics:
         "resumed_from_step": resumed_from,
         "gates": gate_record(module.net),
         "wandb": wandb_info,
+        # attention projections' gains and attention/residual ratio at init (headsweep.model.diagnostics): a
+        # cell's init confound shows here (issue 42)
+        "init_check": at_init,
     }
 
 
