@@ -12,7 +12,9 @@ set -uo pipefail
 PY=${GPU_PY:-python3}
 LOG_DIR=${LOG_DIR:-gpu-check}
 SEEDS=${SEEDS:-3}
-JOBS=${JOBS:-}           # jobs packed on the card; empty: as many as its free memory and the cores allow
+# jobs packed on the card: row A's 18 in one wave where the cores allow (up to 2 per core; make sweep checks
+# the card's free memory), else as many as make sweep allows
+JOBS=${JOBS:-$(( $(nproc) * 2 < 18 ? $(nproc) * 2 : 18 ))}
 mkdir -p "$LOG_DIR"
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_SILENT=true PYTHONUNBUFFERED=1
 if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -34,9 +36,9 @@ step() {  # step NAME COMMAND...: run it, log it, time it
 }
 start=$SECONDS
 step tests $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
-step bench $PY -m headsweep.bench.gpu --packed "${JOBS:-8}" --json "$LOG_DIR/bench.json"
+step bench $PY -m headsweep.bench.gpu --packed 8 --json "$LOG_DIR/bench.json"
 step sweep $PY -m headsweep.experiments.sweep --sweep table3_a --name "$SWEEP" --seeds "$SEEDS" --budget ablation \
-    ${JOBS:+--jobs $JOBS}
+    --jobs "$JOBS"
 step report $PY -m headsweep.experiments.report --sweep "$SWEEP" --root results
 echo "gpu-check: $((SECONDS - start)) s in all, exit $status" | tee -a "$LOG_DIR/times.txt"
 exit $status

@@ -48,6 +48,12 @@ def test_more_jobs_than_memory_holds_stop_in_one_line(gpu_machine, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_asked_jobs_may_reach_two_per_core_not_more(gpu_machine, tmp_path):
+    assert "hydra.launcher.n_jobs=18" in P.plan("table3_e", seeds=1, root=tmp_path, jobs=18, cores=16).common
+    with pytest.raises(SweepError, match=r"JOBS=20: .* 8 cores; use JOBS=16 or fewer"):
+        P.plan("table3_e", seeds=1, root=tmp_path, jobs=20, cores=8)
+
+
 def test_jobs_spread_over_several_cards(gpu_machine, tmp_path):
     gpu_machine.append(packing.Card(1, H100.name, 79.0, 79.6))
     sweep = P.plan("table3_e", seeds=2, root=tmp_path, jobs=4, cores=16)

@@ -69,7 +69,8 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     if on_gpu and (found := cards()):  # without a card the plan still lists; launching it stops (launch.run)
         n_cards = len(found)
         jobs = packed_jobs(jobs, found, measured_footprint(results) or DEFAULT_FOOTPRINT_GIB, cores)
-    launcher, jobs, threads = parallel_jobs(launcher, jobs, cores)
+    # GPU jobs are checked against the card's memory and two per core (packing.packed_jobs)
+    launcher, jobs, threads = parallel_jobs(launcher, jobs, cores, limit=2 * cores if n_cards else cores)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
     common = [f"sweep={name}", *LAUNCHERS[launcher], *device, *([f"budget={budget}"] if budget else []), *constants,
               *extra]
@@ -134,14 +135,16 @@ def sweep_device(name: str, results: Path | None, overrides: list[str]) -> tuple
     return True, ["trainer=gpu"]
 
 
-def parallel_jobs(launcher: str, jobs: int | None, cores: int) -> tuple[str, int, int | None]:
-    """(the launcher, jobs at once, torch threads per job or None) for `jobs` (None: the default) on `cores`."""
+def parallel_jobs(launcher: str, jobs: int | None, cores: int, limit: int | None = None) -> tuple[str, int, int | None]:
+    """(the launcher, jobs at once, torch threads per job or None) for `jobs` (None: the default) on `cores`;
+    at most `limit` jobs (default: the cores)."""
     if launcher not in LAUNCHERS:
         raise SweepError(f"unknown launcher '{launcher}'; one of {', '.join(LAUNCHERS)}")
     if jobs is None:
         jobs = default_jobs(cores)
-    if not 1 <= jobs <= cores:
-        raise SweepError(f"JOBS={jobs}: run between 1 and {cores} jobs at once on this machine's {cores} cores")
+    limit = limit or cores
+    if not 1 <= jobs <= limit:
+        raise SweepError(f"JOBS={jobs}: run between 1 and {limit} jobs at once on this machine's {cores} cores")
     if jobs == 1:
         return launcher, jobs, None
     if launcher == "basic":
@@ -149,7 +152,7 @@ def parallel_jobs(launcher: str, jobs: int | None, cores: int) -> tuple[str, int
     if launcher != "joblib":
         raise SweepError(f"JOBS={jobs} runs local jobs in parallel with the joblib launcher, not {launcher}; "
                          "a cluster launcher sets its own parallelism (hydra.launcher.array_parallelism)")
-    return launcher, jobs, cores // jobs
+    return launcher, jobs, max(cores // jobs, 1)
 
 
 def check_overrides(common: list[str], spec: dict, path: Path) -> None:

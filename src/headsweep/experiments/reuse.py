@@ -12,6 +12,7 @@ their experiment settings (EXPERIMENT_KEYS) and seed agree:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -34,9 +35,21 @@ def experiment_settings(flat: dict) -> dict:
             and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT and not k.startswith("module.model.")}
 
 
+def saved_settings(saved_config: dict) -> dict:
+    """A saved run's experiment settings, flattened once per config: a sweep compares each of its jobs with
+    every finished run, and building the OmegaConf tree each time made planning take a minute."""
+    key = json.dumps(saved_config, sort_keys=True, default=str)
+    if key not in _SAVED:
+        _SAVED[key] = experiment_settings(flatten_config(OmegaConf.create(saved_config)))
+    return _SAVED[key]
+
+
+_SAVED: dict[str, dict] = {}
+
+
 def settings_diff(saved_config: dict, flat: dict, seed: int) -> tuple[list[str], dict, dict]:
     """The experiment settings (and seed) in which a saved run's config differs from a job's."""
-    theirs = experiment_settings(flatten_config(OmegaConf.create(saved_config)))
+    theirs = dict(saved_settings(saved_config))
     ours = experiment_settings(flat)
     ours.setdefault("trainer.precision", theirs.get("trainer.precision"))
     diff = [k for k in sorted(ours.keys() | theirs.keys())
