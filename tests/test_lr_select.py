@@ -15,7 +15,9 @@ from headsweep.experiments.jobs import Job
 from headsweep.experiments.report import write_report
 from headsweep.training.runs import is_complete
 
-from conftest import fake_run
+from conftest import fake_run, needs_data, tiny_overrides
+
+TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 
 GRID = [5e-4, 1e-3, 2e-3]
 CELLS = ["h8-dk32-dv32-pos-sinusoidal", "h8-dk32-dv32-pos-learned"]  # table3_e's cells, the base first
@@ -76,7 +78,8 @@ def test_phase_2_takes_each_cells_lowest_val_loss_and_reuses_seed_1(tmp_path):
     chosen, waiting = LR.chosen_sweep(lr)
     assert waiting == []
     assert [j.name for j in chosen.jobs] == [f"{c}-s{s}" for s in (1, 2) for c in CELLS]  # seed-major
-    rate = {j.name: float(dict(o.split("=", 1) for o in j.overrides if "=" in o)["module.peak_lr"]) for j in chosen.jobs}
+    rate = {j.name: float(next(o for o in j.overrides if o.startswith("module.peak_lr=")).split("=")[1])
+            for j in chosen.jobs}
     assert rate == {f"{CELLS[0]}-s1": 1e-3, f"{CELLS[0]}-s2": 1e-3, f"{CELLS[1]}-s1": 2e-3, f"{CELLS[1]}-s2": 2e-3}
     s1 = {j.name: j for j in chosen.jobs}
     assert s1[f"{CELLS[0]}-s1"].same_as == lr.cells[0].grid_jobs[1e-3].export  # the selecting run: copied
@@ -95,6 +98,7 @@ def test_ties_go_to_the_smaller_rate_and_a_diverged_run_loses():
     assert LR.choose({1e-3: 2.3000004, 2e-3: 2.3}) == 1e-3  # within 1e-6: a tie
     assert LR.choose({1e-3: 2.31, 2e-3: 2.30}) == 2e-3
     assert LR.choose({5e-4: 2.9, 1e-3: math.inf, 2e-3: math.inf}) == 5e-4
+    assert LR.choose({2e-3: math.inf, 1e-3: math.inf}) == 1e-3  # every rate diverged: the smallest
 
 
 def test_a_cell_waits_while_one_of_its_grid_runs_is_missing_and_nan_counts_as_worst(tmp_path):
@@ -212,7 +216,9 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
         for v, loss, b in zip((1e-3, 2e-3), val, bleu):
             fake_run(root, "g", f"{cell}-lr{v:g}-s1", 1, b, [
                 f"model.heads={heads}", f"module.peak_lr={v}", f"lr_select={{phase:grid,grid:{grid}}}",
-                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"], curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": b, "val/loss": loss}, params={"total": 7_577_600})
+                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"],
+                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": b, "val/loss": loss},
+                params={"total": 7_577_600})
         for seed in (1, 2, 3):
             b = bleu[[1e-3, 2e-3].index(chosen)] if seed == 1 else 30.0 + seed + (heads == "8")
             fake_run(root, "g", f"{cell}-s{seed}", seed, b, [
@@ -221,10 +227,40 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
                 metrics={"test/bleu": b, "val/loss": 2.2}, params={"total": 7_577_600})
     paths = write_report("g", root, tmp_path / "reports", n_samples=10)
     md = paths[0].read_text()
-    assert "2 runs" not in md and "6 runs (3 seeds per cell) in 2 cells" in md  # the grid runs are no seeds
+    assert "6 runs (3 seeds per cell) in 2 cells" in md  # the 4 grid runs are no seeds of their cells
     assert "## Learning rate chosen per cell" in md
     assert "| h8-dk32-dv32 (base) | 2.3000 | **2.2000** | 0.002 | 0.002 |" in md
     assert "| h4-dk64-dv64 | **2.2500** | 2.4000 | 0.001 | 0.002 |" in md  # h = 4 chose 1e-3
     # at the default rate (2e-3, seed 1): h4 31.0 vs base 34.0; at the chosen: 33.5 vs 34.0; seeds 2..N: 32.5 vs 33.5
     assert "31.00 (-3.00)" in md and "33.50 (-0.50)" in md and "32.50 (-1.00) (n=2)" in md
     assert (tmp_path / "reports" / "g-lr.png").is_file()
+
+
+@pytest.mark.slow  # three tiny trainings through the real Hydra multirun
+@needs_data
+def test_tiny_lr_grid_end_to_end(tmp_path, capsys, monkeypatch):
+    """table3_e's learned-positions cell (--only), grid 1e-3, 2e-3, 2 seeds: 2 grid runs, the choice, 1 more run;
+    every run records its rate's origin in its config; the same command again trains nothing."""
+    cell = "h4-dk8-dv8-pos-learned"
+    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
+            "--jobs", "1", "--seeds", "2", "--lr-grid", "1e-3,2e-3", "--only", f"{cell}-*", *TINY,
+            f"data.cache_dir={tmp_path / 'cache'}"]
+    assert S.main(args) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "2 done, 0 skipped" in out and "1 done, 1 skipped" in out  # phase 2: seed 1 copied, not trained
+    results = tmp_path / "results" / "table3_e"
+    runs = {p.name: json.loads((p / "results.json").read_text()) for p in results.glob("h*")}
+    assert set(runs) == {f"{cell}-lr0.001-s1", f"{cell}-lr0.002-s1", f"{cell}-s1", f"{cell}-s2"}
+    losses = {v: runs[f"{cell}-lr{v:g}-s1"]["metrics"]["val/loss"] for v in (1e-3, 2e-3)}
+    best = min(losses, key=losses.get)
+    for seed in (1, 2):
+        cfg = runs[f"{cell}-s{seed}"]["config"]
+        assert cfg["module"]["peak_lr"] == best and cfg["lr_select"]["chosen"] == best
+        assert cfg["lr_select"]["val_loss"] == [losses[1e-3], losses[2e-3]] and f"lr{best:g}" in cfg["tags"]
+    assert runs[f"{cell}-lr0.001-s1"]["config"]["lr_select"]["phase"] == "grid"
+    assert runs[f"{cell}-s1"]["shared_from"]["run"] == f"table3_e/{cell}-lr{best:g}-s1"
+    assert runs[f"{cell}-s1"]["metrics"] == runs[f"{cell}-lr{best:g}-s1"]["metrics"]
+    paths = write_report("table3_e", tmp_path / "results", tmp_path / "reports", n_samples=10)
+    assert "## Learning rate chosen per cell" in paths[0].read_text()
+    monkeypatch.setattr(L.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
+    assert S.main(args) == 0

@@ -157,8 +157,8 @@ def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *
     record = lr_record(GRID_PHASE, grid)
     for c in cells.values():
         for v in grid:
-            job = _job(c.jobs[0], grid_sweep, results, name=grid_job_name(c.label, v, c.jobs[0].seed), lr=v, record=record,
-                       grid_run=True)
+            job = _job(c.jobs[0], grid_sweep, results, name=grid_job_name(c.label, v, c.jobs[0].seed), lr=v,
+                       record=record, grid_run=True)
             find_reuse(job, {**c.flat, LR_KEY: v}, finished)
             c.grid_jobs[v] = job
     # cell-major within the grid: each cell's rates side by side in the listing
@@ -185,8 +185,11 @@ def final_val_loss(job: Job) -> float | None:
 
 
 def choose(losses: dict[float, float]) -> float:
-    """The rate with the lowest loss; a tie (within TIE) goes to the smaller rate."""
+    """The rate with the lowest loss; a tie (within TIE) goes to the smaller rate, and so does a cell whose
+    every rate diverged (the report shows those losses as –)."""
     best = min(losses.values())
+    if math.isinf(best):
+        return min(losses)
     return min(v for v, loss in losses.items() if loss - best <= TIE)
 
 
@@ -269,6 +272,10 @@ def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
     rc2 = launch.run(chosen, dry, out) if chosen.jobs else 0
     if not dry and chosen.jobs and rc2 != 130:
         record_selection(chosen, out)
+    # a cell waits for grid runs that failed, or that --only left for later (not a failure)
+    stuck = [c.label for c in lr.cells if c.label in waiting
+             and any(lr.grid_sweep.selects(j) and not j.done for j in c.grid_jobs.values())]
     if waiting and not dry:
-        print(f"{len(waiting)} cell(s) wait for phase 1; rerun the same command once their grid runs finish", file=out)
-    return rc2 if rc2 == 130 else (1 if rc1 or rc2 or (waiting and not dry) else 0)
+        print(f"{len(waiting)} cell(s) wait for phase 1 ({len(stuck)} on a failed grid run): rerun the same "
+              "command once their grid runs finish", file=out)
+    return rc2 if rc2 == 130 else (1 if rc1 or rc2 or (stuck and not dry) else 0)

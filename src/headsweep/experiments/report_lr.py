@@ -74,9 +74,9 @@ def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Pat
     for label in order:
         rates = by_cell[label]
         default = _default_rate(names.get(label))
+        bold = lambda v, text: f"**{text}**" if chosen.get(label) == v else text  # noqa: E731
         rows.append([display(names[label]) if label in names else label,
-                     *[("**" if chosen.get(label) == v else "") + _f(_loss(rates[v]), 4) + ("**" if chosen.get(label) == v else "")
-                       if v in rates else "not run" for v in grid],
+                     *[bold(v, _f(_loss(rates[v]), 4)) if v in rates else "not run" for v in grid],
                      lr_text(chosen[label]) if label in chosen else "waits", lr_text(default) if default else "–"])
     md += [f"Final val loss of seed 1 ({SELECT_ON}) at each rate; the chosen one in bold:", "",
            *markdown_table(header, rows), ""]
@@ -119,7 +119,8 @@ def comparison(cells: list[Cell], by_cell: dict[str, dict[float, Run]], chosen: 
     header = ["cell", "chosen rate", "seed 1 @ default rate", "seed 1 @ chosen rate", "every seed @ chosen",
               "seeds 2..N @ chosen (unbiased)"]
     return ["Test BLEU (Δ against the base cell in brackets): at the default (common) peak rate, seed 1 only "
-            "(– where the grid lacks a cell's default), beside the cells at their chosen rates:", "", *markdown_table(header, rows), ""]
+            "(– where the grid lacks a cell's default), beside the cells at their chosen rates:", "",
+            *markdown_table(header, rows), ""]
 
 
 def loss_plot(sweep: str, order: list[str], by_cell: dict, chosen: dict, grid: list[float],
