@@ -22,6 +22,8 @@ LAUNCHER ?=
 LAMBDAS ?=
 STEPS ?=
 JOBS ?=
+# make sweep: peak learning rates to choose from per cell by seed 1's val loss (e.g. 5e-4,1e-3,2e-3); empty: the config's
+LR_GRID ?=
 RESULTS ?= results
 CKPT ?=
 SPLIT ?=
@@ -79,10 +81,10 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
-sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation]
+sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation LR_GRID=5e-4,1e-3,2e-3]
 	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
-		$(if $(DRY),--dry) $(ARGS)
+		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(DRY),--dry) $(ARGS)
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)

@@ -118,7 +118,8 @@ def hypotheses_path(run: Run) -> Path:
 # whose runs were recorded differently is still the same cell, and gets no column for it.
 # threads: how a job used the machine (a 1-thread job of a 2-job sweep, or OMP_NUM_THREADS), not what it trained
 # trainer.devices: which card of a GPU sweep a job had (jobs spread round-robin), not what it trained
-BOOKKEEPING = ("module.model.", "callbacks.", "logger.", "threads", "trainer.devices")
+# lr_select: where a cell's module.peak_lr came from (make sweep LR_GRID=); the rate itself is module.peak_lr
+BOOKKEEPING = ("module.model.", "callbacks.", "logger.", "threads", "trainer.devices", "lr_select")
 
 
 def varied_keys(cells: list[Cell]) -> list[str]:

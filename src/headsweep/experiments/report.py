@@ -28,6 +28,7 @@ from pathlib import Path
 
 from headsweep.analysis.compare import report_section
 from headsweep.experiments import report_convergence, report_stuck
+from headsweep.experiments.report_lr import lr_section, split_grid_runs
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
 from headsweep.experiments.report_plots import learning_curves, plots
@@ -410,6 +411,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     runs, left_out = load_runs(sweep_dir, sweep)
     for d, why in left_out:
         print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
+    runs, grid_runs = split_grid_runs(runs)  # a learning-rate grid's runs (LR_GRID=) are no seeds of their cells
     if not runs:
         raise ReportError(f"no usable runs in {sweep_dir} ({len(left_out)} left out); "
                           f"run or resume `make sweep SWEEP={sweep}` first")
@@ -423,10 +425,12 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
         c.row["measured"] = speed.get(c.label, {})
     out_dir.mkdir(parents=True, exist_ok=True)
     curves = learning_curves(sweep, cells, out_dir)
-    figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else [])
+    lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir)
+    figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
     head = title(sweep, cells, keys)
+    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir)) if s]
     md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
-                        analysis_section(sweep, cells, out_dir))
+                        "\n\n".join(sections) or None)
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md_path.write_text(md)
     html_path.write_text(page(head, md))

@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
                         help="where finished jobs' small outputs go (results/<sweep>/<run name>)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="jobs at once, each with cores / N threads (default: 2 on a CPU, 1 with a GPU)")
+    parser.add_argument("--lr-grid", default="",
+                        help="choose each cell's module.peak_lr from these (e.g. 5e-4,1e-3,2e-3) by seed 1's final "
+                             "val/loss, then run every seed at it (headsweep.experiments.lr_select)")
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
     if bad := [a for a in extra if a.startswith("--")]:
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
     try:
+        if args.lr_grid:
+            return run_lr_grid(name, args, extra)
         sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
                      root=args.root, results=args.results, jobs=args.jobs,
                      only=[g.strip() for g in args.only.split(",") if g.strip()], name_as=args.name)
@@ -81,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
+    """Both phases of a sweep whose cells each get their own peak learning rate (lr_select)."""
+    from headsweep.experiments.lr_select import parse_grid, plan_lr, run_lr
+
+    grid = parse_grid(args.lr_grid)
+    lr = plan_lr(name, args.seeds, extra, grid, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
+                 root=args.root, results=args.results, jobs=args.jobs,
+                 only=[g.strip() for g in args.only.split(",") if g.strip()], name_as=args.name)
+    return run_lr(lr, args.dry)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,282 @@
+"""A peak learning rate chosen per cell: `make sweep SWEEP=<spec> SEEDS=3 LR_GRID=5e-4,1e-3,2e-3`.
+
+A cell that loses at the one common peak may simply want another rate. So the sweep runs in two phases,
+both by one command and resumable like any sweep (a rerun skips what is finished):
+
+1. grid: seed 1 of every cell at each grid value (module.peak_lr=<v>), jobs named <cell>-lr<v>-s1;
+2. chosen: for each cell whose grid runs are all complete, the rate whose seed-1 run ended with the lowest
+   validation loss, then seeds 1..N of the cell at that rate as the ordinary jobs <cell>-s<seed>. Seed 1
+   is the grid run at that rate, copied, not trained again.
+
+The selection reads one number: results.json metrics["val/loss"], the loss on data.val_split of the final
+weights (train.fit_and_test validates them when the last validation came earlier), never averaged weights
+and never a test split: there is no option to choose on anything else. A diverged run (NaN) counts as the
+worst. Ties (equal to 1e-6) go to the smaller rate, so the choice is deterministic.
+
+The selecting seed's bias: seed 1 at the chosen rate won on its own validation loss, so its scores lean
+optimistic (a winner's curse, smaller on test than on val). The report compares the cells on every seed and
+also on seeds 2..N only, which took no part in the choice.
+
+Every job records the grid in its config (`lr_select`, tags lr-grid / lr-chosen and lr<v>): a grid job its
+phase and grid; a chosen-rate job also the rate, each grid value's loss and the runs they came from.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from headsweep.config import SWEEPS_DIR
+from headsweep.experiments import launch, planning
+from headsweep.experiments.jobs import Job, Sweep
+from headsweep.experiments.reuse import find_reuse, finished_runs
+from headsweep.experiments.specs import SweepError, load_spec, split_parameters
+from headsweep.experiments.sweep_settings import shared_overrides
+from headsweep.training.runs import RESULTS, is_complete, read_results, write_json
+
+LR_KEY = "module.peak_lr"
+SELECT_ON = "val/loss"  # results.json metrics: the final weights' loss on data.val_split
+SELECT_WHAT = "final val/loss of seed 1 (data.val_split, the last step's weights)"
+TIE = 1e-6
+GRID_PHASE, CHOSEN_PHASE = "grid", "chosen"
+
+
+def parse_grid(text: str) -> list[float]:
+    """The grid of --lr-grid '5e-4,1e-3,2e-3', sorted; one line of SweepError for anything else."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    values = []
+    for p in parts:
+        try:
+            v = float(p)
+        except ValueError:
+            raise SweepError(f"--lr-grid {text}: '{p}' is not a number; give peak learning rates > 0, "
+                             "e.g. --lr-grid 5e-4,1e-3,2e-3") from None
+        if not math.isfinite(v) or v <= 0:
+            raise SweepError(f"--lr-grid {text}: {p} is not a learning rate > 0; give peak learning rates > 0, "
+                             "e.g. --lr-grid 5e-4,1e-3,2e-3")
+        values.append(v)
+    if len(set(values)) < 2:
+        raise SweepError(f"--lr-grid {text}: a grid needs at least two different rates to choose from "
+                         "(one rate is the spec's module.peak_lr=<v>); e.g. --lr-grid 5e-4,1e-3,2e-3")
+    return sorted(set(values))
+
+
+def lr_text(v: float) -> str:
+    return f"{v:g}"
+
+
+def grid_job_name(cell: str, v: float, seed: int = 1) -> str:
+    return f"{cell}-lr{lr_text(v)}-s{seed}"
+
+
+def check_no_lr_setting(name: str, spec: dict, path: Path, extra: list[str]) -> None:
+    """An LR grid sets module.peak_lr itself: a spec or command that sets it too would be overridden unseen."""
+    if LR_KEY in spec["parameters"]:
+        raise SweepError(f"{path}: the spec sets {LR_KEY} and --lr-grid chooses it per cell: use one of them "
+                         f"(drop LR_GRID, or run a spec without {LR_KEY})")
+    if any(o.lstrip("+~").split("=", 1)[0] == LR_KEY for o in extra):
+        raise SweepError(f"override {next(o for o in extra if o.lstrip('+~').startswith(LR_KEY))}: --lr-grid "
+                         f"sets {LR_KEY} per job; drop the override")
+
+
+@dataclass
+class CellGrid:
+    label: str
+    base: bool
+    default_lr: float           # the cell's peak without a grid (conf/module: width-scaled)
+    jobs: list[Job]             # the cell's default-rate jobs from planning.plan, one per seed
+    flat: dict                  # the cell's settings (find_reuse), module.peak_lr replaced per job
+    grid_jobs: dict[float, Job] = field(default_factory=dict)
+
+
+@dataclass
+class LrPlan:
+    name: str
+    grid: list[float]
+    seeds: list[int]
+    cells: list[CellGrid]
+    grid_sweep: Sweep
+    results: Path
+    finished: list
+
+
+def lr_record(phase: str, grid: list[float], **more) -> dict:
+    return {"phase": phase, "grid": list(grid), "select_on": SELECT_ON, **more}
+
+
+def _override(record: dict) -> str:
+    """The record as one Hydra dict override (the job file turns it into config)."""
+    def value(v):
+        if v is None:
+            return "null"
+        if isinstance(v, list):
+            return "[" + ",".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, float):
+            return repr(v)
+        return f"'{v}'" if isinstance(v, str) else str(v)
+    return f"lr_select={value(record)}"
+
+
+def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, record: dict, grid_run: bool) -> Job:
+    """`template` (a default-rate job of planning.plan) at rate `lr`. A grid run is a cell of its own for
+    every reader of results/ (cell tag <cell>-lr<v>, never the base), so it never counts as a seed of its cell."""
+    keep = [o for o in template.overrides if not o.startswith((f"{LR_KEY}=", "seed="))]
+    cell = f"{template.cell}-lr{lr_text(lr)}" if grid_run else template.cell
+    tags = [t for t in template.tags if not (grid_run and (t == "base" or t.startswith("cell-")))]
+    tags += [f"cell-{cell}"] * grid_run + ["lr-grid" if grid_run else "lr-chosen", f"lr{lr_text(lr)}"]
+    return replace(template, name=name, cell=cell, base=template.base and not grid_run, tags=tags,
+                   overrides=[*keep, f"{LR_KEY}={lr!r}", _override(record), f"seed={template.seed}"],
+                   dir=sweep.dir / name, export=(results / sweep.name / name).resolve(), same_as=None, trained_as=None)
+
+
+def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *, results: Path | None,
+            specs_dir: Path = SWEEPS_DIR, only: list[str] = (), **plan_kwargs) -> LrPlan:
+    """Phase 1 planned (phase 2 needs its results: `chosen_sweep`); every check before anything trains."""
+    if results is None:
+        raise SweepError("--lr-grid needs --results: phase 2 reuses the grid runs' exported results")
+    spec, path = load_spec(name, specs_dir)
+    check_no_lr_setting(name, spec, path, list(extra))
+    constants, _ = split_parameters(spec)
+    # planning.plan runs without results (its jobs are renamed here); the precision and device that the
+    # finished jobs ran with are pinned as plan would
+    own = plan_kwargs.get("name_as") or name  # the sweep's own name (--name), e.g. kv_heads_init_h200
+    pins = shared_overrides(own, results, [*constants, *extra])
+    base = planning.plan(name, seeds, [*extra, *pins], specs_dir=specs_dir, results=None, **plan_kwargs)
+    cells: dict[str, CellGrid] = {}
+    for job in base.jobs:
+        if job.cell not in cells:
+            flat = planning.compose_cell(base.common, job.overrides[:-1], path)[0]
+            cells[job.cell] = CellGrid(job.cell, job.base, float(flat[LR_KEY]), [], flat)
+        cells[job.cell].jobs.append(job)
+    grid_sweep = replace(base, jobs=[], only=list(only))
+    finished = finished_runs(results.resolve(), skip=own)
+    record = lr_record(GRID_PHASE, grid)
+    for c in cells.values():
+        for v in grid:
+            job = _job(c.jobs[0], grid_sweep, results, name=grid_job_name(c.label, v, c.jobs[0].seed), lr=v,
+                       record=record, grid_run=True)
+            find_reuse(job, {**c.flat, LR_KEY: v}, finished)
+            c.grid_jobs[v] = job
+    # cell-major within the grid: each cell's rates side by side in the listing
+    grid_sweep.jobs = [j for c in cells.values() for j in c.grid_jobs.values()]
+    lr = LrPlan(own, grid, sorted({j.seed for j in base.jobs}), list(cells.values()), grid_sweep, results, finished)
+    names = [j.name for j in grid_sweep.jobs] + [j.name for c in lr.cells for j in c.jobs]
+    if unmatched := [g for g in only if not any(fnmatch.fnmatchcase(n, g) for n in names)]:
+        raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs ({', '.join(names[:4])}, ...): "
+                         "use their names, with * and ?")
+    return lr
+
+
+def final_val_loss(job: Job) -> float | None:
+    """The selection's number of a finished grid job (SELECT_ON), None while it is not finished; NaN
+    (diverged) reads as +inf."""
+    for d in (job.export, job.dir):
+        if d is not None and job.finished(d):
+            loss = read_results(d).get("metrics", {}).get(SELECT_ON)
+            if loss is None:
+                raise SweepError(f"{d / RESULTS} has no metrics['{SELECT_ON}']: the learning rate cannot be chosen; "
+                                 "rerun that job (move it away)")
+            return math.inf if math.isnan(loss) else float(loss)
+    return None
+
+
+def choose(losses: dict[float, float]) -> float:
+    """The rate with the lowest loss; a tie (within TIE) goes to the smaller rate, and so does a cell whose
+    every rate diverged (the report shows those losses as –)."""
+    best = min(losses.values())
+    if math.isinf(best):
+        return min(losses)
+    return min(v for v, loss in losses.items() if loss - best <= TIE)
+
+
+def select(lr: LrPlan) -> dict[str, tuple[float, dict[float, float]] | None]:
+    """{cell: (chosen rate, {rate: loss})}, None for a cell whose grid runs are not all finished."""
+    out = {}
+    for c in lr.cells:
+        losses = {v: final_val_loss(j) for v, j in c.grid_jobs.items()}
+        out[c.label] = None if None in losses.values() else (choose(losses), losses)
+    return out
+
+
+def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
+    """Phase 2: seeds 1..N of every selectable cell at its chosen rate (seed 1: its grid run, copied);
+    and the cells that wait for their grid runs."""
+    sweep = replace(lr.grid_sweep, jobs=[])
+    waiting, by_seed, picks = [], {}, select(lr)
+    for c in lr.cells:
+        picked = picks[c.label]
+        if picked is None:
+            waiting.append(c.label)
+            continue
+        rate, losses = picked
+        record = lr_record(CHOSEN_PHASE, lr.grid, chosen=rate, default=c.default_lr,
+                           val_loss=[None if math.isinf(losses[v]) else losses[v] for v in lr.grid],
+                           grid_runs=[c.grid_jobs[v].name for v in lr.grid])
+        for template in c.jobs:
+            job = _job(template, sweep, lr.results, name=template.name, lr=rate, record=record, grid_run=False)
+            find_reuse(job, {**c.flat, LR_KEY: rate}, lr.finished)
+            if template.seed == c.jobs[0].seed and not job.done:
+                job.same_as, job.trained_as = c.grid_jobs[rate].export, None  # the selecting run: reused
+            by_seed.setdefault(job.seed, []).append(job)
+    sweep.jobs = [j for s in sorted(by_seed) for j in by_seed[s]]  # seed-major, as planning.plan
+    return sweep, waiting
+
+
+def record_selection(sweep: Sweep, out) -> None:
+    """A job copied from another run (the selecting grid run, or another sweep's identical run) gets the
+    job's own lr_select and tags in its exported results.json: every run of the sweep says its rate's origin."""
+    for j in sweep.jobs:
+        if j.export is None or not is_complete(j.export):
+            continue
+        results = read_results(j.export)
+        want = _record_of(j)
+        if results["config"].get("lr_select") != want or results["config"].get("tags") != j.tags:
+            results["config"] = {**results["config"], "lr_select": want, "tags": list(j.tags)}
+            write_json(j.export / RESULTS, results)
+            print(f"  {j.name}: recorded its learning rate's selection (lr_select)", file=out)
+
+
+def _record_of(job: Job) -> dict:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    o = next(o for o in job.overrides if o.startswith("lr_select="))
+    return OverridesParser.create().parse_override(o).value()
+
+
+def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
+    """Phase 1, the selection, phase 2; 0 when every job of both phases is complete (or listed, --dry)."""
+    out = out or sys.stdout
+    print(f"phase 1 of 2: seed {lr.cells[0].jobs[0].seed} of every cell at each peak learning rate of the grid "
+          f"{', '.join(map(lr_text, lr.grid))}", file=out)
+    rc1 = launch.run(lr.grid_sweep, dry, out)
+    if rc1 == 130:
+        return rc1
+    if not dry:
+        record_selection(lr.grid_sweep, out)
+    chosen, waiting = chosen_sweep(lr)
+    print(f"\nphase 2 of 2: seeds {', '.join(map(str, lr.seeds))} of every cell at the rate its {SELECT_WHAT} "
+          "chose (ties: the smaller rate)", file=out)
+    picks = select(lr)
+    for c in lr.cells:
+        if c.label in waiting:
+            print(f"  {c.label}: waits for its grid runs ({sum(j.done for j in c.grid_jobs.values())} of "
+                  f"{len(lr.grid)} finished)", file=out)
+        else:
+            rate, losses = picks[c.label]
+            print(f"  {c.label}: chosen {LR_KEY}={lr_text(rate)} (val/loss " + ", ".join(
+                f"{lr_text(v)}: {losses[v]:.4f}" for v in lr.grid) + f"; default {lr_text(c.default_lr)})", file=out)
+    rc2 = launch.run(chosen, dry, out) if chosen.jobs else 0
+    if not dry and chosen.jobs and rc2 != 130:
+        record_selection(chosen, out)
+    # a cell waits for grid runs that failed, or that --only left for later (not a failure)
+    stuck = [c.label for c in lr.cells if c.label in waiting
+             and any(lr.grid_sweep.selects(j) and not j.done for j in c.grid_jobs.values())]
+    if waiting and not dry:
+        print(f"{len(waiting)} cell(s) wait for phase 1 ({len(stuck)} on a failed grid run): rerun the same "
+              "command once their grid runs finish", file=out)
+    return rc2 if rc2 == 130 else (1 if rc1 or rc2 or (stuck and not dry) else 0)

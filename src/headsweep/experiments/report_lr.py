@@ -1,0 +1,161 @@
+"""The report's section for a sweep whose cells each chose their peak learning rate (`make sweep LR_GRID=`,
+headsweep.experiments.lr_select): each cell's final val loss (a table) and val-loss curve (a plot) at every
+grid rate, the chosen rate, and the cells compared at their chosen rates beside the comparison at the
+default (common) rate on seed 1. The grid runs are no seeds of their cells: the main table never sees them."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from headsweep.experiments.cells import Cell, Run, learning_curve
+from headsweep.experiments.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
+from headsweep.experiments.report_table import display
+from headsweep.reporting.markdown import table as markdown_table
+from headsweep.reporting.plots import pyplot
+
+
+def lr_record(run: Run) -> dict | None:
+    return run.results["config"].get("lr_select")
+
+
+def split_grid_runs(runs: list[Run]) -> tuple[list[Run], list[Run]]:
+    """(the cells' runs, the grid runs of phase 1)."""
+    grid = [r for r in runs if (lr_record(r) or {}).get("phase") == GRID_PHASE]
+    return [r for r in runs if r not in grid], grid
+
+
+def grid_cell(run: Run) -> str:
+    """The cell a grid run tried a rate for: its cell label without the -lr<v> it is tagged with."""
+    suffix = f"-lr{lr_text(run.flat[LR_KEY])}"
+    return run.cell[:-len(suffix)] if run.cell.endswith(suffix) else run.cell
+
+
+def _loss(run: Run) -> float:
+    loss = run.results["metrics"].get(SELECT_ON, math.nan)
+    return math.inf if math.isnan(loss) else loss
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _delta(x: float | None, base: float | None) -> str:
+    return "" if x is None or base is None else f" ({x - base:+.2f})"
+
+
+def _mean(xs: list[float]) -> float | None:
+    return statistics.fmean(xs) if xs else None
+
+
+def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Path) -> tuple[str, list]:
+    """(markdown, figures) of the learning-rate choice; ("", []) for a sweep without a grid."""
+    if not grid_runs:
+        return "", []
+    by_cell: dict[str, dict[float, Run]] = {}
+    for r in sorted(grid_runs, key=lambda r: r.flat[LR_KEY]):
+        by_cell.setdefault(grid_cell(r), {})[r.flat[LR_KEY]] = r
+    grid = sorted({v for rates in by_cell.values() for v in rates})
+    names = {c.label: c for c in cells}
+    order = [c.label for c in cells if c.label in by_cell] + sorted(set(by_cell) - set(names))
+    chosen = {label: choose({v: _loss(r) for v, r in by_cell[label].items()}) for label in order
+              if len(by_cell[label]) == len(grid)}
+    md = ["## Learning rate chosen per cell", "",
+          f"- Seed 1 of every cell trained at each peak learning rate of the grid {', '.join(map(lr_text, grid))}; "
+          f"each cell's rate is the one with the lowest {SELECT_WHAT} (never a test split; ties within {TIE:g}: "
+          "the smaller rate), and every seed of the cell in the table above trained at it (seed 1: the grid run, "
+          "reused).",
+          "- The selecting seed's bias: seed 1 at the chosen rate won on its own validation loss, so its scores "
+          "lean optimistic. The comparison below shows each cell on every seed and on seeds 2..N alone, which "
+          "took no part in the choice; where the two disagree, trust the second.", ""]
+    header = ["cell", *[f"val loss @ {lr_text(v)}" for v in grid], "chosen", "default"]
+    rows = []
+    for label in order:
+        rates = by_cell[label]
+        default = _default_rate(names.get(label))
+        bold = lambda v, text: f"**{text}**" if chosen.get(label) == v else text  # noqa: E731
+        rows.append([display(names[label]) if label in names else label,
+                     *[bold(v, _f(_loss(rates[v]), 4)) if v in rates else "not run" for v in grid],
+                     lr_text(chosen[label]) if label in chosen else "waits", lr_text(default) if default else "–"])
+    md += [f"Final val loss of seed 1 ({SELECT_ON}) at each rate; the chosen one in bold:", "",
+           *markdown_table(header, rows), ""]
+    md += comparison(cells, by_cell, chosen)
+    figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
+    return "\n".join(md), figures
+
+
+def _default_rate(cell: Cell | None) -> float | None:
+    """The rate the cell trains at without a grid (recorded by phase 2's jobs)."""
+    if cell is None:
+        return None
+    return next(((lr_record(r) or {}).get("default") for r in cell.runs if (lr_record(r) or {}).get("default")), None)
+
+
+def _at(rates: dict[float, Run], rate: float | None) -> Run | None:
+    return next((r for v, r in rates.items() if rate is not None and abs(v - rate) <= 1e-9 * rate), None)
+
+
+def comparison(cells: list[Cell], by_cell: dict[str, dict[float, Run]], chosen: dict[str, float]) -> list[str]:
+    """Test BLEU at the chosen rates (every seed, seeds 2..N) beside seed 1 at the default rate and at the
+    chosen one; each with its difference from the base cell."""
+    rows_data = []
+    for c in cells:
+        rates = by_cell.get(c.label, {})
+        at_default = _at(rates, _default_rate(c))
+        at_chosen = _at(rates, chosen.get(c.label))
+        every = [r.results["metrics"]["test/bleu"] for r in c.runs]
+        later = [r.results["metrics"]["test/bleu"] for r in c.runs if r.seed != min(x.seed for x in c.runs)]
+        rows_data.append((c, at_default and at_default.results["metrics"]["test/bleu"],
+                          at_chosen and at_chosen.results["metrics"]["test/bleu"], _mean(every), len(every),
+                          _mean(later), len(later)))
+    base = next((d for d in rows_data if d[0].base), None)
+    rows = []
+    for c, d1, c1, m, n, m2, n2 in rows_data:
+        b = base or (None,) * 7
+        rows.append([display(c), lr_text(chosen[c.label]) if c.label in chosen else "–",
+                     _f(d1) + _delta(d1, b[1]), _f(c1) + _delta(c1, b[2]),
+                     f"{_f(m)}{_delta(m, b[3])} (n={n})", f"{_f(m2)}{_delta(m2, b[5])} (n={n2})" if n2 else "–"])
+    header = ["cell", "chosen rate", "seed 1 @ default rate", "seed 1 @ chosen rate", "every seed @ chosen",
+              "seeds 2..N @ chosen (unbiased)"]
+    return ["Test BLEU (Δ against the base cell in brackets): at the default (common) peak rate, seed 1 only "
+            "(– where the grid lacks a cell's default), beside the cells at their chosen rates:", "",
+            *markdown_table(header, rows), ""]
+
+
+def loss_plot(sweep: str, order: list[str], by_cell: dict, chosen: dict, grid: list[float],
+              out_dir: Path) -> tuple[Path, str] | None:
+    """Left: final val loss against the peak rate, one line per cell, the chosen rate ringed. Right: each
+    grid run's val-loss curve (colour: cell, line style: rate)."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = ["-", "--", ":", "-."]
+    for i, label in enumerate(order):
+        color, rates = f"C{i % 10}", by_cell[label]
+        xs = sorted(rates)
+        left.plot(xs, [_loss(rates[v]) if math.isfinite(_loss(rates[v])) else math.nan for v in xs], marker="o",
+                  color=color, label=label)
+        if label in chosen:
+            left.scatter([chosen[label]], [_loss(rates[chosen[label]])], s=120, facecolors="none", edgecolors=color)
+        for v in xs:
+            curve = sorted((s, p["val/loss"]) for s, p in learning_curve(rates[v]).items() if "val/loss" in p)
+            if curve:
+                right.plot(*zip(*curve), color=color, ls=styles[grid.index(v) % len(styles)], lw=1,
+                           label=f"{label} @ {lr_text(v)}")
+    left.set_xscale("log")
+    left.set_xticks(grid, [lr_text(v) for v in grid])
+    left.set_xlabel("peak learning rate")
+    left.set_ylabel("final val loss (seed 1)")
+    left.legend(fontsize=7)
+    right.set_xlabel("training step")
+    right.set_ylabel("val loss")
+    right.legend(fontsize=6)
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{sweep}: the learning-rate grid (seed 1)")
+    fig.tight_layout()
+    path = out_dir / f"{sweep}-lr.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, ("The learning-rate grid, seed 1: final val loss against the peak rate per cell (the chosen "
+                  "rate ringed), and each grid run's val-loss curve (line style: rate).")

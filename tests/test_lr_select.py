@@ -1,0 +1,266 @@
+"""`make sweep LR_GRID=...`: a peak learning rate chosen per cell by seed 1's final val loss (lr_select):
+the two phases' plans, the choice from synthetic results, seed 1 reused, bad input, the dry listing, the
+report's section. No training: the launcher is faked as in test_sweep.py."""
+
+import json
+import math
+import subprocess
+
+import pytest
+from omegaconf import OmegaConf
+
+from headsweep.config import compose
+from headsweep.experiments import launch as L, lr_select as LR, sweep as S
+from headsweep.experiments.jobs import Job
+from headsweep.experiments.report import write_report
+from headsweep.training.runs import is_complete
+
+from conftest import fake_run, needs_data, tiny_overrides
+
+TINY = tiny_overrides(None, "logger.wandb.mode=offline")
+
+GRID = [5e-4, 1e-3, 2e-3]
+CELLS = ["h8-dk32-dv32-pos-sinusoidal", "h8-dk32-dv32-pos-learned"]  # table3_e's cells, the base first
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("a job was launched")
+
+    monkeypatch.setattr(L.subprocess, "run", fail)
+
+
+def plan(tmp_path, seeds=2, grid=GRID, **kw):
+    return LR.plan_lr("table3_e", seeds, [], grid, root=tmp_path / "mr", results=tmp_path / "results", **kw)
+
+
+def finish(lr, job, val_loss, test_loss=2.0):
+    """`job` finished as a run leaves results/<sweep>/<run>: its composed config, the two losses."""
+    cfg = compose([*lr.grid_sweep.common, *job.overrides, f"run_name={job.name}", f"tags=[{','.join(job.tags)}]"])
+    config = OmegaConf.to_container(cfg, resolve=False)
+    config["module"]["model"] = config["model"]
+    job.export.mkdir(parents=True)
+    (job.export / "results.json").write_text(json.dumps({
+        "status": "complete", "config": config, "metrics": {"val/loss": val_loss, "test/loss": test_loss}}))
+
+
+def grid_losses(lr, losses: dict[str, list[float]], **kw):
+    for c in lr.cells:
+        for v, loss in zip(GRID, losses[c.label]):
+            finish(lr, c.grid_jobs[v], loss, **kw)
+
+
+def test_phase_1_is_seed_1_of_every_cell_at_every_rate_and_composes(tmp_path):
+    lr = plan(tmp_path)
+    jobs = lr.grid_sweep.jobs
+    assert [j.name for j in jobs] == [f"{c}-lr{v}-s1" for c in CELLS for v in ("0.0005", "0.001", "0.002")]
+    job = jobs[4]  # pos-learned at 1e-3
+    assert job.seed == 1 and job.cell == f"{CELLS[1]}-lr0.001" and not job.base and not jobs[0].base
+    assert job.export == (tmp_path / "results" / "table3_e" / job.name).resolve()
+    assert job.tags == ["row-E", f"cell-{CELLS[1]}-lr0.001", "lr-grid", "lr0.001"]
+    assert "base" not in jobs[0].tags  # a grid run is no seed (nor base) of its cell for any reader of results/
+    # the job file (what trains) composes the rate and its record
+    L.write_jobs(lr.grid_sweep, [job])
+    cfg = compose([*lr.grid_sweep.common, f"hydra.searchpath=[file://{(lr.grid_sweep.dir / '.jobs').resolve()}]",
+                   f"+{L.JOB_GROUP}={job.name}"])
+    assert cfg.module.peak_lr == 1e-3 and cfg.model.positions == "learned" and cfg.seed == 1
+    assert OmegaConf.to_container(cfg.lr_select) == {"phase": "grid", "grid": GRID, "select_on": "val/loss"}
+    assert "module.peak_lr" not in " ".join(lr.grid_sweep.common)  # per job, not common
+    assert [c.default_lr for c in lr.cells] == [2e-3, 2e-3]  # conf/module's peak at d_model 256
+
+
+def test_phase_2_takes_each_cells_lowest_val_loss_and_reuses_seed_1(tmp_path):
+    lr = plan(tmp_path)
+    assert LR.chosen_sweep(lr) == (LR.replace(lr.grid_sweep, jobs=[]), CELLS)  # nothing finished: both wait
+    # test losses ranked the other way: the choice must not see them
+    grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.35], CELLS[1]: [2.50, 2.45, 2.30]}, test_loss=9.0)
+    chosen, waiting = LR.chosen_sweep(lr)
+    assert waiting == []
+    assert [j.name for j in chosen.jobs] == [f"{c}-s{s}" for s in (1, 2) for c in CELLS]  # seed-major
+    rate = {j.name: float(next(o for o in j.overrides if o.startswith("module.peak_lr=")).split("=")[1])
+            for j in chosen.jobs}
+    assert rate == {f"{CELLS[0]}-s1": 1e-3, f"{CELLS[0]}-s2": 1e-3, f"{CELLS[1]}-s1": 2e-3, f"{CELLS[1]}-s2": 2e-3}
+    s1 = {j.name: j for j in chosen.jobs}
+    assert s1[f"{CELLS[0]}-s1"].same_as == lr.cells[0].grid_jobs[1e-3].export  # the selecting run: copied
+    assert s1[f"{CELLS[1]}-s1"].same_as == lr.cells[1].grid_jobs[2e-3].export
+    assert s1[f"{CELLS[0]}-s2"].same_as is None
+    assert s1[f"{CELLS[0]}-s1"].base and s1[f"{CELLS[0]}-s1"].tags == ["row-E", f"cell-{CELLS[0]}", "base", "lr-chosen",
+                                                                        "lr0.001"]
+    record = LR._record_of(s1[f"{CELLS[1]}-s2"])
+    assert record == {"phase": "chosen", "grid": GRID, "select_on": "val/loss", "chosen": 2e-3, "default": 2e-3,
+                      "val_loss": [2.50, 2.45, 2.30], "grid_runs": [f"{CELLS[1]}-lr{v}-s1" for v in
+                                                                    ("0.0005", "0.001", "0.002")]}
+
+
+def test_ties_go_to_the_smaller_rate_and_a_diverged_run_loses():
+    assert LR.choose({2e-3: 2.3, 1e-3: 2.3, 5e-4: 2.4}) == 1e-3
+    assert LR.choose({1e-3: 2.3000004, 2e-3: 2.3}) == 1e-3  # within 1e-6: a tie
+    assert LR.choose({1e-3: 2.31, 2e-3: 2.30}) == 2e-3
+    assert LR.choose({5e-4: 2.9, 1e-3: math.inf, 2e-3: math.inf}) == 5e-4
+    assert LR.choose({2e-3: math.inf, 1e-3: math.inf}) == 1e-3  # every rate diverged: the smallest
+
+
+def test_a_cell_waits_while_one_of_its_grid_runs_is_missing_and_nan_counts_as_worst(tmp_path):
+    lr = plan(tmp_path, seeds=1)
+    finish(lr, lr.cells[0].grid_jobs[5e-4], 2.4)
+    finish(lr, lr.cells[0].grid_jobs[1e-3], float("nan"))
+    finish(lr, lr.cells[0].grid_jobs[2e-3], 2.6)
+    finish(lr, lr.cells[1].grid_jobs[5e-4], 2.4)
+    chosen, waiting = LR.chosen_sweep(lr)
+    assert waiting == [CELLS[1]] and [j.name for j in chosen.jobs] == [f"{CELLS[0]}-s1"]
+    assert LR._record_of(chosen.jobs[0])["chosen"] == 5e-4 and LR._record_of(chosen.jobs[0])["val_loss"][1] is None
+
+
+@pytest.mark.parametrize("grid, message", [
+    ("0,1e-3", "--lr-grid 0,1e-3: 0 is not a learning rate > 0"),
+    ("-1e-3,1e-3", "-1e-3 is not a learning rate > 0"),
+    ("1e-3,fast", "'fast' is not a number"),
+    ("1e-3", "a grid needs at least two different rates"),
+    ("1e-3,0.001", "a grid needs at least two different rates"),
+])
+def test_a_bad_grid_stops_with_one_line_before_anything(tmp_path, capsys, no_launch, grid, message):
+    assert S.main(["--sweep", "table3_e", f"--lr-grid={grid}", "--root", str(tmp_path / "mr"),
+                   "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "mr").exists()
+
+
+def test_a_grid_with_a_spec_or_command_that_sets_the_rate_is_refused(tmp_path, capsys, no_launch):
+    args = ["--lr-grid", "5e-4,1e-3", "--root", str(tmp_path / "mr"), "--results", str(tmp_path / "results")]
+    assert S.main(["--sweep", "heads_fixed_dk_fp32_lr", *args]) == 2  # its cells' rates vary by the spec
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the spec sets module.peak_lr and --lr-grid chooses it per cell" in err
+    assert S.main(["--sweep", "table3_e", *args, "module.peak_lr=1e-3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "override module.peak_lr=1e-3: --lr-grid sets module.peak_lr per job" in err
+    assert not (tmp_path / "mr").exists()
+
+
+def test_selection_on_a_test_split_cannot_be_asked_for(tmp_path, capsys, no_launch):
+    # by construction: one number, the validation loss; no option names another
+    assert LR.SELECT_ON == "val/loss"
+    with pytest.raises(SystemExit):
+        S.main(["--sweep", "table3_e", "--lr-grid", "5e-4,1e-3", "--lr-select-on", "test/loss",
+                "--root", str(tmp_path / "mr")])
+    assert "unknown option --lr-select-on" in capsys.readouterr().err
+    assert not (tmp_path / "mr").exists()
+
+
+def test_dry_lists_both_phases_and_runs_nothing(tmp_path, capsys, no_launch):
+    args = ["--sweep", "table3_e", "--seeds", "2", "--lr-grid", "5e-4,1e-3,2e-3", "--dry",
+            "--root", str(tmp_path / "mr"), "--results", str(tmp_path / "results")]
+    assert S.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("to run  ") == 6 and f"waits for its grid runs (0 of 3 finished)" in out
+    lr = plan(tmp_path)
+    grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.35], CELLS[1]: [2.50, 2.45, 2.30]})
+    assert S.main(args) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert [l[:2] for l in lines if l[0] == "done"] == [["done", f"{c}-lr{v}-s1"] for c in CELLS
+                                                          for v in ("0.0005", "0.001", "0.002")]
+    assert [l[:2] for l in lines if l[0] == "copy"] == [["copy", f"{c}-s1"] for c in CELLS]
+    assert [l[2] for l in lines if l[:2] == ["to", "run"]] == [f"{c}-s2" for c in CELLS]
+    assert f"{CELLS[0]}: chosen module.peak_lr=0.001 (val/loss 0.0005: 2.4000, 0.001: 2.3100, 0.002: 2.3500" in out
+    assert not (tmp_path / "mr").exists() and not (tmp_path / "results" / "table3_e" / f"{CELLS[0]}-s1").exists()
+
+
+def test_one_command_runs_both_phases_then_nothing(tmp_path, monkeypatch, capsys):
+    lr = plan(tmp_path)
+    losses = {f"{CELLS[0]}-lr{v}-s1": x for v, x in zip(("0.0005", "0.001", "0.002"), (2.40, 2.31, 2.35))}
+    losses |= {f"{CELLS[1]}-lr{v}-s1": x for v, x in zip(("0.0005", "0.001", "0.002"), (2.50, 2.45, 2.30))}
+    launched = []
+
+    def fake_multirun(cmd, **kwargs):  # every job finishes, as a run leaves its directory
+        names = next(a for a in cmd if a.startswith(f"+{L.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        launched.append(names)
+        jobs = {j.name: j for j in [*lr.grid_sweep.jobs, *LR.chosen_sweep(lr)[0].jobs]}
+        for name in names:
+            job = jobs[name]
+            run = Job(**{**job.__dict__, "export": lr.grid_sweep.dir / name})  # finish() writes here
+            finish(lr, run, losses.get(name, 2.2))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    assert LR.run_lr(lr) == 0
+    assert launched == [[j.name for j in lr.grid_sweep.jobs], [f"{c}-s2" for c in CELLS]]  # seed 1: not retrained
+    results = tmp_path / "results" / "table3_e"
+    copied = json.loads((results / f"{CELLS[1]}-s1" / "results.json").read_text())
+    assert copied["shared_from"]["run"] == f"table3_e/{CELLS[1]}-lr0.002-s1"
+    assert copied["config"]["lr_select"]["phase"] == "chosen" and copied["config"]["lr_select"]["chosen"] == 2e-3
+    assert copied["config"]["module"]["peak_lr"] == 2e-3 and f"cell-{CELLS[1]}" in copied["config"]["tags"]
+    trained = json.loads((results / f"{CELLS[0]}-s2" / "results.json").read_text())
+    assert trained["config"]["lr_select"]["chosen"] == 1e-3 and trained["config"]["module"]["peak_lr"] == 1e-3
+    grid_run = json.loads((results / f"{CELLS[0]}-lr0.001-s1" / "results.json").read_text())
+    assert grid_run["config"]["lr_select"] == {"phase": "grid", "grid": GRID, "select_on": "val/loss"}
+    assert all(is_complete(results / n) for n in [*losses, *(f"{c}-s{s}" for c in CELLS for s in (1, 2))])
+    out = capsys.readouterr().out
+    assert f"{CELLS[1]}-s1: the same experiment as" in out and "phase 2 of 2" in out
+    assert out.count("recorded its learning rate") == 2  # the two copies; the trained jobs recorded it themselves
+    # the same command again (a fresh plan, as a rerun makes): nothing trains
+    lr = plan(tmp_path)
+    assert LR.run_lr(lr) == 0 and len(launched) == 2
+
+
+def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
+    root, data = tmp_path / "results", tmp_path / "data"
+    data.mkdir()
+    (data / "test_2016_flickr.en").write_text("a\n")  # the reference of fake_run's one hypothesis
+    grid = "[0.001,0.002]"
+    rows = {"h8-dk32-dv32": (2e-3, [2.30, 2.20], [33.0, 34.0]), "h4-dk64-dv64": (1e-3, [2.25, 2.40], [33.5, 31.0])}
+    for cell, (chosen, val, bleu) in rows.items():
+        heads = cell[1]
+        tags = ",".join([f"cell-{cell}", *(["base"] if heads == "8" else [])])
+        for v, loss, b in zip((1e-3, 2e-3), val, bleu):
+            fake_run(root, "g", f"{cell}-lr{v:g}-s1", 1, b, [
+                f"model.heads={heads}", f"module.peak_lr={v}", f"lr_select={{phase:grid,grid:{grid}}}",
+                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"],
+                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": b, "val/loss": loss},
+                params={"total": 7_577_600})
+        for seed in (1, 2, 3):
+            b = bleu[[1e-3, 2e-3].index(chosen)] if seed == 1 else 30.0 + seed + (heads == "8")
+            fake_run(root, "g", f"{cell}-s{seed}", seed, b, [
+                f"model.heads={heads}", f"module.peak_lr={chosen}", "sweep=g", f"tags=[{tags}]",
+                f"lr_select={{phase:chosen,grid:{grid},chosen:{chosen},default:0.002}}", f"data.dir={data}"],
+                metrics={"test/bleu": b, "val/loss": 2.2}, params={"total": 7_577_600})
+    paths = write_report("g", root, tmp_path / "reports", n_samples=10)
+    md = paths[0].read_text()
+    assert "6 runs (3 seeds per cell) in 2 cells" in md  # the 4 grid runs are no seeds of their cells
+    assert "## Learning rate chosen per cell" in md
+    assert "| h8-dk32-dv32 (base) | 2.3000 | **2.2000** | 0.002 | 0.002 |" in md
+    assert "| h4-dk64-dv64 | **2.2500** | 2.4000 | 0.001 | 0.002 |" in md  # h = 4 chose 1e-3
+    # at the default rate (2e-3, seed 1): h4 31.0 vs base 34.0; at the chosen: 33.5 vs 34.0; seeds 2..N: 32.5 vs 33.5
+    assert "31.00 (-3.00)" in md and "33.50 (-0.50)" in md and "32.50 (-1.00) (n=2)" in md
+    assert (tmp_path / "reports" / "g-lr.png").is_file()
+
+
+@pytest.mark.slow  # three tiny trainings through the real Hydra multirun
+@needs_data
+def test_tiny_lr_grid_end_to_end(tmp_path, capsys, monkeypatch):
+    """table3_e's learned-positions cell (--only), grid 1e-3, 2e-3, 2 seeds: 2 grid runs, the choice, 1 more run;
+    every run records its rate's origin in its config; the same command again trains nothing."""
+    cell = "h4-dk8-dv8-pos-learned"
+    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
+            "--jobs", "1", "--seeds", "2", "--lr-grid", "1e-3,2e-3", "--only", f"{cell}-*", *TINY,
+            f"data.cache_dir={tmp_path / 'cache'}"]
+    assert S.main(args) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "2 done, 0 skipped" in out and "1 done, 1 skipped" in out  # phase 2: seed 1 copied, not trained
+    results = tmp_path / "results" / "table3_e"
+    runs = {p.name: json.loads((p / "results.json").read_text()) for p in results.glob("h*")}
+    assert set(runs) == {f"{cell}-lr0.001-s1", f"{cell}-lr0.002-s1", f"{cell}-s1", f"{cell}-s2"}
+    losses = {v: runs[f"{cell}-lr{v:g}-s1"]["metrics"]["val/loss"] for v in (1e-3, 2e-3)}
+    best = min(losses, key=losses.get)
+    for seed in (1, 2):
+        cfg = runs[f"{cell}-s{seed}"]["config"]
+        assert cfg["module"]["peak_lr"] == best and cfg["lr_select"]["chosen"] == best
+        assert cfg["lr_select"]["val_loss"] == [losses[1e-3], losses[2e-3]] and f"lr{best:g}" in cfg["tags"]
+    assert runs[f"{cell}-lr0.001-s1"]["config"]["lr_select"]["phase"] == "grid"
+    assert runs[f"{cell}-s1"]["shared_from"]["run"] == f"table3_e/{cell}-lr{best:g}-s1"
+    assert runs[f"{cell}-s1"]["metrics"] == runs[f"{cell}-lr{best:g}-s1"]["metrics"]
+    paths = write_report("table3_e", tmp_path / "results", tmp_path / "reports", n_samples=10)
+    assert "## Learning rate chosen per cell" in paths[0].read_text()
+    monkeypatch.setattr(L.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
+    assert S.main(args) == 0
