@@ -219,7 +219,7 @@ BY_DESIGN = {
     ("kv_heads_init", "*kvgain1.33333*", "gain W^K"): "the mirror cell scales W^K by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "gain W^V"): "the mirror cell scales W^V by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "attn/residual"): "... and so the attention output",
-    ("table3_e*", "*positions-learned*", "attn/residual"): "learned positions (N(0, 1)) add variance 1 to the "
+    ("table3_e*", "*pos-learned*", "attn/residual"): "learned positions (N(0, 1)) add variance 1 to the "
                                                              "residual stream, sinusoids 0.5: another residual",
 }
 # table3_c's d_model 128 and 512 cells and table3_c_paper's 256 and 1024 have no base at their width: each is
