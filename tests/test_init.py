@@ -2,6 +2,7 @@
 mirror cell, the measurements at init (model.diagnostics), `make sweep`'s confound lines, and the bar: every
 cell of every shipped sweep agrees with its base at init within 5% under fan_in, and not under xavier."""
 
+import dataclasses
 import fnmatch
 import json
 import math
@@ -288,3 +289,18 @@ def test_a_run_records_its_init_check(tiny_run):
     assert check["init"] == "fan_in" and set(check["gain"]) == {"enc_self", "dec_self", "cross"}
     assert all(g == pytest.approx(1.0, abs=0.1) for kind in check["gain"].values() for g in kind.values())
     assert all(0 < r < 2 for r in check["ratio"].values())
+
+
+def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
+    """An unfinished run saved before model.init existed was xavier: resuming it under xavier continues it;
+    under fan_in (today's default) it is another model, said in one line."""
+    from headsweep.training.resume import ResumeError, resume_checkpoint
+
+    model = dataclasses.asdict(TransformerConfig())
+    saved = {k: v for k, v in model.items() if k not in ("init", "init_kv_gain")}
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"hyper_parameters": {"model": saved, "tokenizer_json": "tok"}, "global_step": 7},
+               tmp_path / "checkpoints" / "last.ckpt")
+    assert resume_checkpoint(tmp_path, {**model, "init": "xavier"}, "tok")[1] == 7
+    with pytest.raises(ResumeError, match=r"another model \(model.init: 'xavier' there, 'fan_in' here\)"):
+        resume_checkpoint(tmp_path, model, "tok")
