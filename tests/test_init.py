@@ -6,6 +6,7 @@ import dataclasses
 import fnmatch
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -304,3 +305,17 @@ def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
     assert resume_checkpoint(tmp_path, {**model, "init": "xavier"}, "tok")[1] == 7
     with pytest.raises(ResumeError, match=r"another model \(model.init: 'xavier' there, 'fan_in' here\)"):
         resume_checkpoint(tmp_path, model, "tok")
+
+
+def test_the_report_section_shows_row_b_s_confound_from_the_shipped_runs():
+    from headsweep.experiments.cells import group_cells, load_runs
+    from headsweep.experiments.init_check import init_check_section
+
+    runs, _ = load_runs(SWEEPS_DIR.parent / "results" / "table3_b", "table3_b")
+    cells = group_cells(runs)
+    section = init_check_section(cells).splitlines()
+    assert section[0] == "## At init" and "model.init xavier" in section[2]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in section if line.startswith("| h8-")}
+    assert set(rows) == {"h8-dk32-dv32", "h8-dk16-dv32", "h8-dk8-dv32"}
+    assert "(base)" in rows["h8-dk32-dv32"] and "| xavier | 1.26" in rows["h8-dk8-dv32"]
+    assert re.search(r"gain W\^Q 1\.2[5-7](-1\.2[6-8])? \(base 1\.00\) in every kind", rows["h8-dk8-dv32"])
