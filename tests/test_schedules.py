@@ -121,7 +121,7 @@ def test_decay_by_steps_without_max_steps_and_unknown_values_fail_before_data():
     from headsweep.config import compose
     from headsweep.training.checks import ConfigError, check_config
 
-    with pytest.raises(ConfigError, match="module.decay_by=steps decays module.schedule=linear by trainer.max_steps"):
+    with pytest.raises(ConfigError, match="module.decay_by=steps decays module.schedule=linear by trainer.max_steps, which is unset"):
         check_config(compose(["module.decay_by=steps", "trainer.max_steps=-1", "paths.output_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match="module.decay_by='clock': use steps"):
         check_config(compose(["module.decay_by=clock", "paths.output_dir=/tmp/x"]))

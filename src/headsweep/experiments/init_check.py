@@ -67,7 +67,8 @@ def on_purpose(varied: list[str]) -> tuple[str, ...]:
 
 def varied_keys(flat: dict, base: dict) -> list[str]:
     """The model settings in which a cell differs from its base."""
-    return [k for k in sorted(flat.keys() | base.keys()) if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))]
+    return [k for k in sorted(flat.keys() | base.keys())
+            if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))]
 
 
 def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: float = TOLERANCE):
@@ -141,7 +142,8 @@ def _kinds(values: list[float | None]) -> str:
     return " / ".join("-" if v is None else f"{v:.2f}" for v in values)
 
 
-def init_check_table(labels: list[str], flats: list[dict], checks: list[dict], tolerance: float = TOLERANCE) -> list[str]:
+def init_check_table(labels: list[str], flats: list[dict], checks: list[dict],
+                     tolerance: float = TOLERANCE) -> list[str]:
     """Markdown table lines: per cell its init, each projection's gain and the attention/residual ratio (encoder
     self / decoder self / cross where they differ; "-": no such projection, every head fixed), and what differs
     from its base beyond `tolerance` in what the cell does not vary on purpose."""
@@ -152,8 +154,8 @@ def init_check_table(labels: list[str], flats: list[dict], checks: list[dict], t
         gains = checks[i]["gain"]
         found = [] if i == b else confounds(flats[i], flats[b], checks[i], checks[b], tolerance)
         differs = "; ".join(grouped(found)) or ("(base)" if i == b else "")
-        rows.append([labels[i], f"{flats[i].get('model.init')}"
-                     + (f", K/V x{flats[i]['model.init_kv_gain']:.3g}" if flats[i].get("model.init_kv_gain", 1.0) != 1.0 else ""),
+        kv_gain = flats[i].get("model.init_kv_gain", 1.0)
+        rows.append([labels[i], f"{flats[i].get('model.init')}" + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else ""),
                      *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
                      _kinds([checks[i]["ratio"][k] for k in kinds]), differs])
     return markdown_table(header, rows)
