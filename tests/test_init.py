@@ -2,9 +2,11 @@
 mirror cell, the measurements at init (model.diagnostics), `make sweep`'s confound lines, and the bar: every
 cell of every shipped sweep agrees with its base at init within 5% under fan_in, and not under xavier."""
 
+import dataclasses
 import fnmatch
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -219,7 +221,7 @@ BY_DESIGN = {
     ("kv_heads_init", "*kvgain1.33333*", "gain W^K"): "the mirror cell scales W^K by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "gain W^V"): "the mirror cell scales W^V by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "attn/residual"): "... and so the attention output",
-    ("table3_e*", "*positions-learned*", "attn/residual"): "learned positions (N(0, 1)) add variance 1 to the "
+    ("table3_e*", "*pos-learned*", "attn/residual"): "learned positions (N(0, 1)) add variance 1 to the "
                                                              "residual stream, sinusoids 0.5: another residual",
 }
 # table3_c's d_model 128 and 512 cells and table3_c_paper's 256 and 1024 have no base at their width: each is
@@ -288,3 +290,32 @@ def test_a_run_records_its_init_check(tiny_run):
     assert check["init"] == "fan_in" and set(check["gain"]) == {"enc_self", "dec_self", "cross"}
     assert all(g == pytest.approx(1.0, abs=0.1) for kind in check["gain"].values() for g in kind.values())
     assert all(0 < r < 2 for r in check["ratio"].values())
+
+
+def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
+    """An unfinished run saved before model.init existed was xavier: resuming it under xavier continues it;
+    under fan_in (today's default) it is another model, said in one line."""
+    from headsweep.training.resume import ResumeError, resume_checkpoint
+
+    model = dataclasses.asdict(TransformerConfig())
+    saved = {k: v for k, v in model.items() if k not in ("init", "init_kv_gain")}
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"hyper_parameters": {"model": saved, "tokenizer_json": "tok"}, "global_step": 7},
+               tmp_path / "checkpoints" / "last.ckpt")
+    assert resume_checkpoint(tmp_path, {**model, "init": "xavier"}, "tok")[1] == 7
+    with pytest.raises(ResumeError, match=r"another model \(model.init: 'xavier' there, 'fan_in' here\)"):
+        resume_checkpoint(tmp_path, model, "tok")
+
+
+def test_the_report_section_shows_row_b_s_confound_from_the_shipped_runs():
+    from headsweep.experiments.cells import group_cells, load_runs
+    from headsweep.experiments.init_check import init_check_section
+
+    runs, _ = load_runs(SWEEPS_DIR.parent / "results" / "table3_b", "table3_b")
+    cells = group_cells(runs)
+    section = init_check_section(cells).splitlines()
+    assert section[0] == "## At init" and "model.init xavier" in section[2]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in section if line.startswith("| h8-")}
+    assert set(rows) == {"h8-dk32-dv32", "h8-dk16-dv32", "h8-dk8-dv32"}
+    assert "(base)" in rows["h8-dk32-dv32"] and "| xavier | 1.26" in rows["h8-dk8-dv32"]
+    assert re.search(r"gain W\^Q 1\.2[5-7](-1\.2[6-8])? \(base 1\.00\) in every kind", rows["h8-dk8-dv32"])

@@ -27,7 +27,7 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 def test_every_ablation_has_a_small_and_a_paper_spec():
     studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_fixed_dk_fp32_lr", "heads_by_width",
                "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "heads_by_width_512_fp32", "kv_heads",
-               "fixed_heads"}
+               "fixed_heads", "kv_heads_init"}
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies
 
 

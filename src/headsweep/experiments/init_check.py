@@ -67,7 +67,8 @@ def on_purpose(varied: list[str]) -> tuple[str, ...]:
 
 def varied_keys(flat: dict, base: dict) -> list[str]:
     """The model settings in which a cell differs from its base."""
-    return [k for k in sorted(flat.keys() | base.keys()) if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))]
+    return [k for k in sorted(flat.keys() | base.keys())
+            if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))]
 
 
 def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: float = TOLERANCE):
@@ -134,23 +135,27 @@ def run_check(results: dict) -> dict:
 
 
 def _kinds(values: list[float | None]) -> str:
-    """enc_self / dec_self / cross values: one number where they agree to 2 decimals."""
-    shown = ["-" if v is None else f"{v:.2f}" for v in values]
-    return shown[0] if len(set(shown)) == 1 else " / ".join(shown)
+    """enc_self / dec_self / cross values: one number where they agree within sampling noise (0.02)."""
+    known = [v for v in values if v is not None]
+    if len(known) == len(values) and max(known) - min(known) <= 0.02:
+        return f"{sum(known) / len(known):.2f}"
+    return " / ".join("-" if v is None else f"{v:.2f}" for v in values)
 
 
-def init_check_table(labels: list[str], flats: list[dict], checks: list[dict], tolerance: float = TOLERANCE) -> list[str]:
+def init_check_table(labels: list[str], flats: list[dict], checks: list[dict],
+                     tolerance: float = TOLERANCE) -> list[str]:
     """Markdown table lines: per cell its init, each projection's gain and the attention/residual ratio (encoder
-    self / decoder self / cross where they differ), and what differs from its base beyond `tolerance`."""
+    self / decoder self / cross where they differ; "-": no such projection, every head fixed), and what differs
+    from its base beyond `tolerance` in what the cell does not vary on purpose."""
     kinds = ("enc_self", "dec_self", "cross")
     header = ["cell", "init", "gain W^Q", "gain W^K", "gain W^V", "gain W^O", "attn / residual", "differs from base"]
     rows = []
     for i, b in enumerate(bases(flats)):
         gains = checks[i]["gain"]
         found = [] if i == b else confounds(flats[i], flats[b], checks[i], checks[b], tolerance)
-        differs = "; ".join(f"{q} {v:.2f} vs {w:.2f}" for q, v, w in found) or ("(base)" if i == b else "")
-        rows.append([labels[i], f"{flats[i].get('model.init')}"
-                     + (f", K/V x{flats[i]['model.init_kv_gain']:.3g}" if flats[i].get("model.init_kv_gain", 1.0) != 1.0 else ""),
+        differs = "; ".join(grouped(found)) or ("(base)" if i == b else "")
+        kv_gain = flats[i].get("model.init_kv_gain", 1.0)
+        rows.append([labels[i], f"{flats[i].get('model.init')}" + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else ""),
                      *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
                      _kinds([checks[i]["ratio"][k] for k in kinds]), differs])
     return markdown_table(header, rows)

@@ -20,6 +20,9 @@ from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_patter
 POSITIONS = ("sinusoidal", "learned")
 ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
 FIXED_KINDS = ("enc_self", "dec_self")  # fixed patterns are positions in the sentence attended over
+# Settings whose default changed: the value a saved config without the key was built with (issue 42: every
+# model before `init` existed was initialised by xavier).
+OLD_DEFAULTS = {"init": "xavier"}
 
 
 @dataclass

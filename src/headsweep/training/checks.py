@@ -118,8 +118,8 @@ def check_budget(cfg: DictConfig) -> None:
         raise ConfigError(f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
                           "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt")
     if schedule != "inverse_sqrt" and m.get("decay_by") == "steps" and max_steps is None:
-        raise ConfigError(f"module.decay_by=steps decays module.schedule={schedule} by trainer.max_steps, which is unset: "
-                          "set trainer.max_steps, or use module.decay_by=steps_or_time")
+        raise ConfigError(f"module.decay_by=steps decays module.schedule={schedule} by trainer.max_steps, which is "
+                          "unset: set trainer.max_steps, or use module.decay_by=steps_or_time")
     if max_steps is not None and m.warmup_steps >= max_steps:
         raise ConfigError(f"module.warmup_steps={m.warmup_steps} is not shorter than trainer.max_steps={max_steps}: "
                           "training would end before the learning rate peaks; lower module.warmup_steps")

@@ -48,7 +48,9 @@ def train_time(trainer: pl.Trainer) -> tuple[float | None, float | None]:
 class TranslationModule(pl.LightningModule):
     """Trains `Transformer` with label-smoothed cross-entropy and Adam: linear warm-up to `peak_lr`, then
     `schedule` (headsweep.training.schedules: linear, cosine or wsd decay to zero at the end of the budget,
-    or the paper's inverse square root).
+    or the paper's inverse square root). The end of the budget is trainer.max_steps or trainer.max_time, whichever
+    comes first (decay_by="steps_or_time"), or trainer.max_steps alone (decay_by="steps", the sweep budgets: the
+    rate is a function of the step on any machine, and the time cap only stops training).
 
     The defaults are conf/module/translation.yaml's for the default model (tests/test_train.py holds them
     equal); conf also scales peak_lr with the width (d_model^-0.5, 2e-3 at d_model 256), which a number

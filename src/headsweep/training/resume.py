@@ -32,6 +32,7 @@ from wandb.sdk.lib.runid import generate_id  # W&B's own id format
 
 from headsweep.data.hub import unreachable
 from headsweep.model import TransformerConfig
+from headsweep.model.transformer import OLD_DEFAULTS
 from headsweep.training.runs import RESULTS, is_complete
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,9 @@ def resume_checkpoint(out_dir: Path, model: dict, tokenizer_json: str) -> tuple[
         log.warning("%s is unreadable (%s: %s); starting this run over (old checkpoints moved to %s)",
                     path, type(e).__name__, str(e).splitlines()[0][:120] if str(e) else "", moved)
         return None
-    # a setting older checkpoints lack has the default that reproduces them (e.g. concrete_gates=False)
-    defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+    # a setting older checkpoints lack has the default that reproduces them (e.g. concrete_gates=False; init: the
+    # old default, xavier, not today's)
+    defaults = {**{f.name: f.default for f in dataclasses.fields(TransformerConfig)}, **OLD_DEFAULTS}
     saved = {k: hparams["model"].get(k, defaults.get(k)) for k in model}
     if saved != model:
         k = next(k for k in model if saved[k] != model[k])
