@@ -28,6 +28,7 @@ from pathlib import Path
 
 from headsweep.analysis.compare import report_section
 from headsweep.experiments import report_convergence, report_stuck
+from headsweep.experiments.init_check import init_check_section
 from headsweep.experiments.report_lr import lr_section, split_grid_runs
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
@@ -428,7 +429,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir)
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
     head = title(sweep, cells, keys)
-    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir)) if s]
+    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]
     md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
                         "\n\n".join(sections) or None)
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
