@@ -102,7 +102,7 @@ def check_lengths(cfg: DictConfig) -> None:
 
 def check_intervals(cfg: DictConfig) -> None:
     """Validation and checkpoint intervals, and checkpoint averaging, against the steps there are."""
-    t, ckpt = cfg.trainer, cfg.callbacks.get("checkpoint")
+    t, ckpt = cfg.trainer, (cfg.get("callbacks") or {}).get("checkpoint")
     max_steps = t.max_steps if t.max_steps > 0 else None
     vci = t.get("val_check_interval")
     if isinstance(vci, int) and not isinstance(vci, bool):
@@ -120,6 +120,10 @@ def check_intervals(cfg: DictConfig) -> None:
     if steps and epochs:
         raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} and callbacks.checkpoint.every_n_epochs="
                           f"{epochs}: Lightning takes one of them; set the other to null")
+    if steps and max_steps is not None and steps > max_steps:
+        raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} is beyond trainer.max_steps={max_steps}: "
+                          "no checkpoint before the end, so a run stopped midway starts again from scratch; use at "
+                          f"most {max_steps}")
     n, after = cfg.get("average_last", 0), cfg.get("average_from", 0.0)
     if n <= 1:
         return
