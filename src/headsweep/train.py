@@ -2,7 +2,9 @@
 
 A thin Hydra wrapper: `run(cfg)` = headsweep.training.train.train(cfg), then the steps on the finished run
 directory in order (head analysis when analysis=..., the export to results/ when export_dir is set);
-`main` records a failed run where `make sweep` looks and exits with one line for a bad config.
+`main` records a failed run where `make sweep` looks and exits with one line for a bad config. Run as a
+command without Hydra's flags, the command line is checked first (`check_command_line`): a key the config
+lacks, a group option that does not exist or a bad value ends in one line, before Hydra writes anything.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from headsweep.config import register_resolvers
+from headsweep.config import compose, register_resolvers
 from headsweep.data import DataError
 from headsweep.analysis.analyze import analyze, summary
 from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.settings import AnalysisSettings
-from headsweep.training.checks import ConfigError
+from headsweep.training.checks import ConfigError, check_config, check_devices
+from headsweep.training.schema import SCHEMA, unknown_key
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
 from headsweep.training.train import train
 
@@ -82,5 +86,39 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get("val/bleu")
 
 
+def check_command_line(argv: list[str]) -> str | None:
+    """What would stop this command line before any data is read, as one line; None if nothing would. Hydra's
+    own errors (a key the config lacks, an option that does not exist, a bad override) become one line too.
+    Nothing is read or written: Hydra has not made the run directory yet. With Hydra's flags (--multirun,
+    --cfg, --help, ...) it checks nothing: a sweep's cells are checked when `make sweep` plans them."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    try:
+        cfg = compose(argv)
+    except Exception as e:  # Hydra's and OmegaConf's errors, several lines each
+        return compose_error(e, argv)
+    try:
+        check_config(cfg)
+        check_devices(cfg)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def compose_error(e: Exception, overrides: list[str]) -> str:
+    cause, key = e.__cause__, getattr(e.__cause__, "full_key", None)
+    given = next((o.split("=", 1)[1] for o in overrides if key and o.split("=", 1)[0].lstrip("+~") == key), None)
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key:  # an override of a key the config lacks
+        return unknown_key(key, given)
+    lines = [line.strip() for line in str(e).split("Config search path:")[0].splitlines() if line.strip()]
+    text = "; ".join(lines).replace(":; ", ": ")
+    if key in SCHEMA:  # a value Hydra cannot merge there, e.g. a mapping where a list goes
+        return f"{key}={given}: {text} ({str(cause).splitlines()[0]}): {key} takes {SCHEMA[key].allowed()}"
+    return f"{text}: fix the command line (python -m headsweep.train --help lists the groups and their options)"
+
+
 if __name__ == "__main__":
+    if problem := check_command_line(sys.argv[1:]):
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

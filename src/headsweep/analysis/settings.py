@@ -8,6 +8,22 @@ from dataclasses import dataclass
 
 from headsweep.analysis.importance import AnalysisError
 from headsweep.config import option
+from headsweep.schema import integer, items, number, text
+
+# What each setting of conf/analysis/ may hold, checked with the rest of the config before anything is read
+# (training.schema); AnalysisSettings checks its own for `make analyze`'s command line.
+ANALYSIS_SETTINGS = {
+    "split": text(pattern=r"\S+", pattern_text="a split name"),
+    "max_sentences": integer(0, 10**6),
+    "random_orders": integer(0, 1000),
+    "step": number(0.0, 1.0, lo_open=True, fix="e.g. analysis.step=0.2"),
+    "sentences": items(),
+    "pos_threshold": number(0.0, 1.0),
+    "rare_threshold": number(0.0, 1.0),
+    "tolerance": number(0.0, 100.0),
+    "seed": integer(0, 2**32 - 1),
+    "redundancy_threshold": number(0.0, 1.0),
+}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from headsweep.data import hub
 from headsweep.data.batching import PairDataset, TokenBatchSampler, collate
 from headsweep.data.files import DATA_ENV, DataError, atomic_write, clean_pairs, read_lines, split_files
+from headsweep.schema import choice, integer, mapping, nullable, text
 from headsweep.data.tokenizer import (BOS_ID, EOS_ID, PAD_ID, TOKENIZER_RECIPE, TOKENIZERS, UNK_ID, decode,
                                       load_tokenizer, train_tokenizer)
 
@@ -24,6 +25,34 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DIR = "../shared/data/multi30k"
 SOURCES = ("local", "hub")
+
+# What each setting of conf/data/ may hold, checked before any data is read (training.schema); the token
+# budgets against the lengths they must hold are checked there too.
+_NAME = text(pattern=r"\S+", pattern_text="a non-empty name without spaces")
+DATA_SETTINGS = {
+    "_target_": text(),
+    "source": choice(*SOURCES),
+    "dir": text(pattern=r".+", pattern_text="a path"),
+    "hub_name": nullable(_NAME),
+    "hub_config": nullable(_NAME),
+    "hub_columns": nullable(mapping(fix="e.g. data.hub_columns={src:de,tgt:en}")),
+    "hub_fallback": nullable(mapping()),
+    "src_lang": _NAME,
+    "tgt_lang": _NAME,
+    "train_split": _NAME,
+    "val_split": _NAME,
+    "test_split": _NAME,
+    "tokenizer": choice(*TOKENIZERS),
+    "vocab_size": integer(16, 1_000_000, fix="e.g. data.vocab_size=8000"),
+    "cache_dir": text(pattern=r".+", pattern_text="a path"),
+    "max_tokens": integer(2, 10**7, fix="e.g. data.max_tokens=2048"),
+    "eval_max_tokens": nullable(integer(2, 10**7, fix="e.g. data.eval_max_tokens=4096, or null for 2 x data.max_tokens")),
+    "max_len": integer(2, 65536, fix="e.g. data.max_len=128"),
+    "limit_train": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
+    "limit_eval": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
+    "seed": integer(0, 2**32 - 1),
+    "num_workers": integer(0, 256),
+}
 
 
 class TranslationDataModule(pl.LightningDataModule):

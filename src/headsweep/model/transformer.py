@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.model.attention import (KVCache, MultiHeadAttention, check_head_sharing, check_init, head_sizes,
-                                       projection_heads)
+from headsweep.model.attention import (IMPLS, INITS, KERNELS, KVCache, MultiHeadAttention, check_head_sharing,
+                                       check_init, head_sizes, projection_heads)
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
+from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
 
 POSITIONS = ("sinusoidal", "learned")
 ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
@@ -23,6 +24,36 @@ FIXED_KINDS = ("enc_self", "dec_self")  # fixed patterns are positions in the se
 # Settings whose default changed: the value a saved config without the key was built with (issue 42: every
 # model before `init` existed was initialised by xavier).
 OLD_DEFAULTS = {"init": "xavier"}
+
+# What each model setting (conf/model/) may hold, checked before any data is read (training.schema). The upper
+# bounds are far beyond anything trained here (about 10x Transformer big): a value above one is a typo.
+# Relations between them (heads dividing d_model, kv_heads dividing heads, fixed heads) are
+# TransformerConfig's own checks below.
+MODEL_SETTINGS = {
+    "d_model": integer(1, 16384, fix="e.g. model.d_model=256 (the default) or 512 (the paper's base)"),
+    "n_layers": integer(1, 64, fix="e.g. model.n_layers=3 (the default) or 6 (the paper's)"),
+    "heads": integer(1, 1024, fix="e.g. model.heads=8"),
+    "d_k": nullable(integer(1, 4096, fix="e.g. 32, or null for d_model / heads")),
+    "d_v": nullable(integer(1, 4096, fix="e.g. 32, or null for d_model / heads")),
+    "d_ff": integer(1, 65536, fix="e.g. model.d_ff=1024 (4 x d_model)"),
+    "dropout": share(fix="e.g. model.dropout=0.1 (the paper's P_drop)"),
+    "attn_dropout": share(),
+    "head_dropout": share(),
+    "concrete_gates": flag(),
+    "norm_first": flag(),
+    "positions": choice(*POSITIONS),
+    "max_len": integer(2, 65536, fix="e.g. model.max_len=256; it must hold the longest sentence plus BOS/EOS"),
+    "tie_embeddings": flag(),
+    "impl": choice(*IMPLS),
+    "kernel": choice(*KERNELS),
+    # 0 and negative values are within the type's range here so that TransformerConfig's own check names the
+    # divisors of heads that would work
+    "kv_heads": nullable(integer(0, 1024)),
+    "fixed_heads": nullable(mapping(fix="e.g. model.fixed_heads={enc_self:7}")),
+    "fixed_patterns": nullable(items(text())),
+    "init": choice(*INITS),
+    "init_kv_gain": number(0.0, 100.0, lo_open=True),
+}
 
 
 @dataclass

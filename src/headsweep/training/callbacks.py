@@ -4,6 +4,28 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
+from headsweep.schema import choice, flag, integer, nullable, text
+
+# What each setting of conf/callbacks/ may hold (training.schema checks them before any data is read, with
+# the checkpoint interval and count against the training budget and checkpoint averaging).
+CHECKPOINT_SETTINGS = {
+    "_target_": text(),
+    "dirpath": text(),
+    "filename": text(pattern=r".+", pattern_text="a file name pattern"),
+    "auto_insert_metric_name": flag(),
+    "monitor": nullable(text()),
+    "mode": choice("min", "max"),
+    "save_top_k": integer(0, 10**6, specials=(-1,), fix="e.g. callbacks.checkpoint.save_top_k=5, or -1 to keep every checkpoint"),
+    "save_last": flag(specials=("link",), null=True),
+    "enable_version_counter": flag(),
+    "every_n_train_steps": nullable(integer(0, 10**7)),
+    "every_n_epochs": nullable(integer(0, 10**6)),
+}
+LR_MONITOR_SETTINGS = {
+    "_target_": text(),
+    "logging_interval": nullable(choice("step", "epoch")),
+}
+
 
 class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
     """Lightning's ModelCheckpoint that also saves the weights training ends with.

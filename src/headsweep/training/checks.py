@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from headsweep.model import Transformer, TransformerConfig, head_sizes
 from headsweep.model.transformer import FIXED_KINDS
 from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
+from headsweep.training.schema import SchemaError, check_ranges, check_types
 
 
 class ConfigError(ValueError):
@@ -38,7 +40,25 @@ def default_cell(run_name: str, tags=()) -> str:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Fail before any data is read if the model cannot be built from these settings."""
+    """Fail before any data is read, in one line, on a key the schema lacks, a value out of its type or range
+    (training.schema), or settings that cannot work together (sizes, budgets, lengths)."""
+    try:
+        values = check_types(cfg)
+    except SchemaError as e:
+        raise ConfigError(str(e)) from None
+    m = cfg.module
+    try:  # the module's and average_from's own, longer messages first
+        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr,
+                       m.get("decay_by", "steps_or_time"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
+        raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
+                          "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
+    try:
+        check_ranges(values)
+    except SchemaError as e:
+        raise ConfigError(str(e)) from None
     model = OmegaConf.to_container(cfg.model, resolve=True)
     try:
         with torch.device("meta"):  # shapes only: no memory, no time
@@ -52,19 +72,74 @@ def check_config(cfg: DictConfig) -> None:
             raise ConfigError(f"init_from: {e}") from None
         check_heads(model, ckpt, f"init_from={cfg.init_from} was trained with",
                     "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)")
-    m = cfg.module
-    try:
-        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr,
-                       m.get("decay_by", "steps_or_time"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
     if cfg.data.max_len > model["max_len"]:
         raise ConfigError(f"data.max_len={cfg.data.max_len} is longer than model.max_len={model['max_len']}, the "
                           "longest sequence the model has positions for: lower data.max_len or raise model.max_len")
-    if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
-        raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
-                          "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
     check_budget(cfg)
+    check_lengths(cfg)
+    check_intervals(cfg)
+
+
+def check_lengths(cfg: DictConfig) -> None:
+    """Token budgets against the longest pair a batch must hold, and the decoding limit against the positions."""
+    d, model_len = cfg.data, cfg.model.max_len
+    if d.max_tokens < d.max_len:
+        raise ConfigError(f"data.max_tokens={d.max_tokens} cannot hold one training pair of data.max_len={d.max_len} "
+                          f"subwords (a batch is padded to its longest pair): raise data.max_tokens to >= {d.max_len} "
+                          "or lower data.max_len")
+    eval_tokens = d.eval_max_tokens or 2 * d.max_tokens  # the data module's own default
+    if eval_tokens < model_len:
+        given = (f"data.eval_max_tokens={eval_tokens}" if d.eval_max_tokens else
+                 f"data.eval_max_tokens=null (2 x data.max_tokens = {eval_tokens})")
+        raise ConfigError(f"{given} evaluation tokens per batch cannot hold one evaluation pair of up to "
+                          f"model.max_len={model_len} subwords (evaluation keeps every pair): raise data.eval_max_tokens "
+                          f"to >= {model_len} or lower model.max_len")
+    extra = cfg.module.max_len_extra
+    if extra >= model_len:
+        raise ConfigError(f"module.max_len_extra={extra} decodes up to input length + {extra} tokens, but the model "
+                          f"has positions for model.max_len={model_len} (decoding stops at {model_len - 1} whatever "
+                          f"the input): use module.max_len_extra < {model_len}, e.g. 50, or raise model.max_len")
+
+
+def check_intervals(cfg: DictConfig) -> None:
+    """Validation and checkpoint intervals, and checkpoint averaging, against the steps there are."""
+    t, ckpt = cfg.trainer, (cfg.get("callbacks") or {}).get("checkpoint")
+    max_steps = t.max_steps if t.max_steps > 0 else None
+    vci = t.get("val_check_interval")
+    if isinstance(vci, int) and not isinstance(vci, bool):
+        if max_steps is not None and vci > max_steps:
+            raise ConfigError(f"trainer.val_check_interval={vci} is beyond trainer.max_steps={max_steps}: no "
+                              f"validation would run before the end; use at most {max_steps}, or null (every epoch)")
+        if t.get("check_val_every_n_epoch") is not None:
+            raise ConfigError(f"trainer.val_check_interval={vci} steps with trainer.check_val_every_n_epoch="
+                              f"{t.check_val_every_n_epoch} counts steps within each epoch, and Lightning stops once "
+                              "the data is loaded if an epoch is shorter: set trainer.check_val_every_n_epoch=null "
+                              "(count across epochs, as budget=ablation does)")
+    if ckpt is None:
+        return
+    steps, epochs = ckpt.get("every_n_train_steps") or 0, ckpt.get("every_n_epochs") or 0
+    if steps and epochs:
+        raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} and callbacks.checkpoint.every_n_epochs="
+                          f"{epochs}: Lightning takes one of them; set the other to null")
+    if steps and max_steps is not None and steps > max_steps:
+        raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} is beyond trainer.max_steps={max_steps}: "
+                          "no checkpoint before the end, so a run stopped midway starts again from scratch; use at "
+                          f"most {max_steps}")
+    n, after = cfg.get("average_last", 0), cfg.get("average_from", 0.0)
+    if n <= 1:
+        return
+    keep = ckpt.get("save_top_k", 1)
+    if keep != -1 and keep < n:
+        raise ConfigError(f"average_last={n} averages {n} checkpoints but callbacks.checkpoint.save_top_k={keep} keeps "
+                          f"{keep}: set callbacks.checkpoint.save_top_k >= {n} (or -1), or average_last <= {keep}")
+    if steps and max_steps is not None:
+        first = max(math.ceil(after * max_steps), 1)  # a checkpoint at step s is in the window if s >= after * max_steps
+        saved = {s for s in range(-(-first // steps) * steps, max_steps, steps)} | {max_steps}
+        if len(saved) < 2:
+            raise ConfigError(f"average_last={n}, average_from={after:g}: of trainer.max_steps={max_steps}, checkpoints "
+                              f"every callbacks.checkpoint.every_n_train_steps={steps} steps leave only the final one "
+                              f"after step {first}, nothing to average: lower every_n_train_steps or average_from, "
+                              "or set average_last=0")
 
 
 def check_devices(cfg: DictConfig) -> None:

@@ -11,8 +11,32 @@ from torch import Tensor
 from headsweep.data import load_tokenizer
 from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.model.losses import linear_cross_entropy
+from headsweep.schema import choice, integer, items, mapping, nullable, number, share, text
 from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
 from headsweep.training.translate import corpus_scores, translate
+
+
+# What each setting of conf/module/ may hold (training.schema checks them all before any data is read;
+# check_settings below gives the module's own longer messages for the ones it checks).
+MODULE_SETTINGS = {
+    "_target_": text(),
+    "model": mapping(),  # ${model}: conf/model/'s settings, checked as model.*
+    "label_smoothing": share(fix="e.g. module.label_smoothing=0.1 (the paper's)"),
+    "peak_lr": nullable(number(0.0, 1.0, lo_open=True, fix="e.g. module.peak_lr=2e-3, or null for the paper's rate")),
+    "warmup_steps": integer(1, 10**7, fix="e.g. module.warmup_steps=300"),
+    "schedule": choice(*SCHEDULES),
+    "decay_fraction": number(0.0, 1.0, lo_open=True, fix="e.g. module.decay_fraction=0.25"),
+    "betas": items(share(), length=2, fix="e.g. module.betas=[0.9,0.98] (the paper's Adam betas)"),
+    "eps": number(0.0, 1.0, lo_open=True, fix="e.g. module.eps=1e-9 (the paper's)"),
+    "weight_decay": number(0.0, 1.0),
+    "eval_every": integer(1, 10**6),
+    "max_len_extra": integer(0, 65535, fix="e.g. module.max_len_extra=50 (the paper's)"),
+    "test_beam_size": integer(1, 64, fix="e.g. module.test_beam_size=4 (the paper's), or 1 for greedy"),
+    "length_penalty": number(0.0, 10.0, fix="e.g. module.length_penalty=0.6 (the paper's alpha)"),
+    "l0_lambda": number(0.0, 1000.0),
+    "gate_lr": number(0.0, 10.0, lo_open=True),
+    "decay_by": choice(*DECAY_BY),
+}
 
 
 def check_settings(label_smoothing: float, schedule: str, decay_fraction: float, eval_every: int, l0_lambda: float,
