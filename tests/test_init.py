@@ -120,18 +120,22 @@ def test_per_head_and_fused_layouts_draw_from_the_same_distribution_under_fan_in
     assert (again.init, again.init_kv_gain) == (per_head.init, per_head.init_kv_gain)
 
 
-@pytest.mark.parametrize("model, message", [
-    (dict(init="he"), r"model.init='he': use one of fan_in, xavier"),
-    (dict(init_kv_gain=0.0), r"model.init_kv_gain=0.0 multiplies the init bound of W\^K and W\^V: use a finite"),
-    (dict(init_kv_gain=-1.0), r"model.init_kv_gain=-1.0"),
-    (dict(init_kv_gain=float("nan")), r"model.init_kv_gain=nan"),
-    (dict(init_kv_gain=float("inf")), r"model.init_kv_gain=inf"),
+@pytest.mark.parametrize("model, message, checked", [
+    (dict(init="he"), r"model.init='he': use one of fan_in, xavier",
+     r"model.init must be one of fan_in, xavier, got 'he'"),
+    (dict(init_kv_gain=0.0), r"model.init_kv_gain=0.0 multiplies the init bound of W\^K and W\^V: use a finite",
+     r"model.init_kv_gain must be a number in \(0, 100\], got 0.0"),
+    (dict(init_kv_gain=-1.0), r"model.init_kv_gain=-1.0", r"model.init_kv_gain must be .*, got -1.0"),
+    (dict(init_kv_gain=float("nan")), r"model.init_kv_gain=nan", r"model.init_kv_gain must be .*, got nan"),
+    (dict(init_kv_gain=float("inf")), r"model.init_kv_gain=inf", r"model.init_kv_gain must be .*, got inf"),
 ])
-def test_bad_init_settings_are_one_line_before_anything_is_built(model, message):
+def test_bad_init_settings_are_one_line_before_anything_is_built(model, message, checked):
+    """The constructor's own message for a Python caller; the settings schema's (key, value, what is allowed,
+    what to do) for a config, before anything is built."""
     with pytest.raises(ValueError, match=message):
         TransformerConfig(**model)
     overrides = [f"model.{k}={v}" for k, v in model.items()]
-    with pytest.raises(ConfigError, match=message) as e:
+    with pytest.raises(ConfigError, match=checked) as e:
         check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
     assert "\n" not in str(e.value)
 
