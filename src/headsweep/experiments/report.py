@@ -299,7 +299,8 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
              f"`{sweep_dir}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
                                    "or p-values."),
              f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
-             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; mean ± sd over seeds. "
+             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
+             + ("one seed per cell (no sd). " if seeds == [1] else "mean ± sd over seeds. ") +
              "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
              "(see Method)."]
     scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})

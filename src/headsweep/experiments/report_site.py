@@ -64,15 +64,14 @@ VIEWS = (("explain.md", "heads or head width? BLEU against d_k across sweeps", "
 
 
 def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
-    """Each cross-sweep view found in out_dir as a page (rendered here from its markdown where an older
-    command wrote only that), with its first heading and what it answers."""
+    """Each cross-sweep view found in out_dir as a page, rendered again from its markdown (an older command
+    wrote only the markdown, or a page without the link back), with its first heading and what it answers."""
     pages = []
     for pattern, answers, _ in VIEWS:
         for md_path in sorted(out_dir.glob(pattern)):
             md = md_path.read_text()
             html_path = md_path.with_suffix(".html")
-            if not html_path.is_file():
-                html_path.write_text(page(first_heading(md, md_path.stem), with_back_link(md)))
+            html_path.write_text(page(first_heading(md, md_path.stem), with_back_link(md)))
             pages.append((html_path, first_heading(md, md_path.stem), answers))
     return pages
 
