@@ -451,3 +451,111 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
     md = record([None] * 5)
     assert "- Machine: not recorded in results.json (runs from before it named the machine; their commit " \
            "messages and docs/ name it).\n" in md
+
+
+# issue 39: what a reader sees on the pages
+
+
+def test_no_p_value_below_0001_prints_as_zero():
+    from headsweep.analysis import compare as C
+    from headsweep.experiments import budget
+
+    assert budget.p_text(2e-5) == "< 0.001" and budget.p_text(0.0123) == "0.012"
+    found = [{"cell": "a", "base": "b", "measure": "bleu", "values": [30.0, 30.1, 30.2],
+              "base_values": [20.0, 20.1, 20.2], "p": 3e-6, "p_holm": 2e-5}]
+    words = " ".join(C.verdict_words(found))
+    assert "Welch p < 0.001, Holm < 0.001" in words and "0.000" not in words
+
+
+def seed_cell(label: str, seeds: int, base: bool = False, **flat):
+    """A cell for the plots alone: its runs' settings and the report's numbers."""
+    from types import SimpleNamespace
+
+    from headsweep.experiments.cells import Cell
+
+    runs = [SimpleNamespace(flat=flat, base=base, seed=s) for s in range(1, seeds + 1)]
+    ys = [30.0 + flat.get("model.heads", 1) / 10 + s / 5 for s in range(seeds)]
+    sd = (sum((y - sum(ys) / seeds) ** 2 for y in ys) / (seeds - 1)) ** 0.5 if seeds > 1 else None
+    return Cell(label, runs, {"test_bleu_seeds": ys, "seeds": list(range(1, seeds + 1)), "test_bleu": sum(ys) / seeds,
+                              "test_bleu_sd": sd, "params_M": 2.5 if flat.get("model.d_model") == 128 else 26.2})
+
+
+def heads_by_width_cells(seeds: int = 3):
+    cells = []
+    for d_model, hs, lr in ((128, (8, 1, 2, 4, 16), 0.00282843), (512, (1, 8, 32), 0.00141421)):
+        for h in hs:
+            flat = {"model.d_model": d_model, "model.d_ff": 4 * d_model, "model.heads": h, "model.d_k": d_model // h,
+                    "model.d_v": d_model // h, "module.peak_lr": lr}
+            cells.append(seed_cell(f"h{h}-dm{d_model}", seeds, base=(d_model, h) == (128, 8), **flat))
+    return cells
+
+
+KEYS = ["model.d_model", "model.d_ff", "model.heads", "model.d_k", "model.d_v", "module.peak_lr"]
+
+
+def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
+    from headsweep.experiments import report_plots as P
+
+    fig, caption = P.bleu_figure("heads_by_width", heads_by_width_cells(), KEYS)
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ax.get_xlabel() == "h" and ticks == ["1", "2", "4", "8", "16", "32"]  # each h once, none a cell's name
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "d_model 128" in legend and "d_model 512" in legend
+    assert [len(line.get_xdata()) for line in ax.get_lines() if line.get_label().startswith("d_model")] == [5, 3]
+    assert "against cell" not in caption and "one line per d_model" in caption
+    P.pyplot().close(fig)
+
+
+def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
+    from headsweep.experiments import report_plots as P
+
+    keys = ["model.init", "module.decay_by"]
+    cells = [seed_cell(f"{init}-{decay}", 3, base=i == 0,
+                       **{"model.heads": 8, "model.init": init, "module.decay_by": decay})
+             for i, (init, decay) in enumerate((("xavier", "steps"), ("fan_in", "steps"), ("fan_in", "time")))]
+    fig, caption = P.bleu_figure("s", cells, keys)
+    assert "against cell" not in caption and "named by its settings" in caption
+    assert len({t.get_text() for t in fig.axes[0].get_xticklabels()}) == 3
+    P.pyplot().close(fig)
+    # h repeats across the cells, d_k does not within each h: BLEU against d_k, one line per h
+    cells = [seed_cell(f"h{h}-dk{dk}", 3, base=dk == 32, **{"model.heads": h, "model.d_k": dk, "model.d_v": dv})
+             for h, dk, dv in ((8, 32, 32), (8, 8, 32), (32, 8, 8))]
+    fig, caption = P.bleu_figure("s", cells, ["model.heads", "model.d_k", "model.d_v"])
+    assert fig.axes[0].get_xlabel() == "d_k" and "one line per h" in caption
+    P.pyplot().close(fig)
+
+
+def test_params_plot_labels_do_not_overlap():
+    from headsweep.experiments import report_plots as P
+
+    fig, _ = P.params_figure("heads_by_width", heads_by_width_cells())
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    texts = [t for t in [*ax.texts, *(ax.get_legend().get_texts() if ax.get_legend() else [])] if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert len(texts) >= 8  # every cell named once
+    overlapping = [(a.get_text(), b.get_text()) for i, (a, ba) in enumerate(zip(texts, boxes))
+                   for b, bb in zip(texts[i + 1:], boxes[i + 1:]) if ba.overlaps(bb)]
+    assert overlapping == []
+    P.pyplot().close(fig)
+
+
+def test_plots_of_one_seed_per_cell_do_not_claim_a_mean_over_seeds(tmp_path):
+    from test_compare import analysis, write_runs
+
+    from headsweep.analysis import compare as C
+    from headsweep.experiments import report_plots as P
+
+    groups = write_runs(tmp_path, {"a": [analysis(0.0)], "b (base)": [analysis(0.1)]})
+    md = C.report_section(groups, tmp_path / "out", "s", "b (base)")
+    caption = md[md.index("<figcaption>"):md.index("</figcaption>")]
+    assert "one seed" in caption and "mean ± sd" not in caption
+    cells = heads_by_width_cells(seeds=1)
+    for fig, caption in (P.bleu_figure("s", cells, KEYS), P.params_figure("s", cells)):
+        assert "one seed" in caption and "mean ± sd" not in caption and "mean over seeds" not in caption
+        P.pyplot().close(fig)
+    fig, caption = P.bleu_figure("s", heads_by_width_cells(seeds=3), KEYS)
+    assert "mean over seeds" in caption
+    P.pyplot().close(fig)

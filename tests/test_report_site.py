@@ -225,3 +225,84 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
         page.fill("#filter", "heads_specialise 0.1")
         assert page.locator("#shown").text_content() == "1"
         browser.close()
+
+
+# issue 39: what a reader sees on the pages
+
+
+def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
+    from test_report import seed_cell
+
+    from headsweep.experiments.report_complete import incomplete
+
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)  # 5 runs of sweeps/table3_a.yaml's 6 cells x 3 seeds
+    out = tmp_path / "reports"
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    md = (out / "table3_a.md").read_text()
+    top = md.split("\n- ")[0]  # the heading and what comes before the notes
+    assert "**Incomplete: 5 of 18 planned runs** (`sweeps/table3_a.yaml`: 6 cells x 3 seeds)" in top
+    assert "3 of its cells not run yet" in top and "h2-dk128-dv128 (1 of 2)" in top
+
+    cells = [seed_cell("a", 3), seed_cell("b", 1)]
+    specs = tmp_path / "sweeps"
+    specs.mkdir()
+    (specs / "two.yaml").write_text("method: grid\nparameters:\n  model.heads:\n    values: [8, 4]\n"
+                                    "  seed:\n    values: [1, 2, 3]\n")
+    # run under another name than its spec's (make sweep NAME=): matched to the spec it extends
+    assert "**Incomplete: 4 of 6 planned runs** (`sweeps/two.yaml`" in incomplete("two_h200", cells, specs)
+    assert incomplete("two", [seed_cell("a", 3), seed_cell("b", 3)], specs) is None
+    # no spec to count from: the cells with fewer seeds are named
+    assert incomplete("unknown", cells, specs) == ("**Incomplete:** cells with fewer seeds than the others: b (1 of 3). "
+                                                   "Every number below is of the runs here.")
+    assert incomplete("unknown", [seed_cell("a", 2), seed_cell("b", 2)], specs) is None
+
+
+def test_a_link_to_a_cell_opens_its_details():
+    """The page's own script, run by node on a stand-in for the page: the <details> the hash names opens
+    on load and on a change of the hash (a browser alone only scrolls to it)."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the page's script")
+    from headsweep.reporting.html import page
+
+    html = page("t", '<details id="cell-h4"><summary>h4</summary>\n\nx\n\n</details>\n')
+    script = html[html.index("<script>") + len("<script>"):html.index("</script>")]
+    harness = """
+const details={tagName:"DETAILS",open:false,parentElement:null,scrollIntoView(){}};
+const inner={tagName:"P",parentElement:details,scrollIntoView(){}};
+const handlers={};
+globalThis.location={hash:"#cell-h4"};
+globalThis.window={addEventListener:(name,f)=>{handlers[name]=f}};
+globalThis.document={querySelectorAll:()=>[],querySelector:()=>null,
+ getElementById:id=>({"cell-h4":details,"inside":inner})[id]||null};
+""" + script + """
+const onLoad=details.open;details.open=false;location.hash="#inside";handlers.hashchange();
+console.log(JSON.stringify([onLoad,details.open]));
+"""
+    import subprocess
+
+    out = subprocess.run([node, "-e", harness], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [True, True]
+
+
+def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_path):
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)
+    out = tmp_path / "reports"
+    (out / "prune-x").mkdir(parents=True)
+    (out / "prune-x" / "prune.md").write_text("# Pruning heads\n\ntext\n")
+    # the views across sweeps, as their commands write them (explain and lengths: markdown only before issue 39)
+    (out / "explain.md").write_text("# Heads or head width?\n\ntext\n")
+    (out / "lengths.md").write_text("# Narrow heads and sentence length\n\ntext\n")
+    (out / "table3_a-budget.md").write_text("# table3_a at 1x and 2x the steps\n\ntext\n")
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    index = (out / "index.html").read_text()
+    for view in ("table3_a.html", "explain.html", "lengths.html", "table3_a-budget.html", "prune-x/prune.html"):
+        assert f'href="{view}"' in index, view
+        back = "../index.html" if "/" in view else "index.html"
+        assert f'href="{back}"' in (out / view).read_text(), view
+    assert "](index.html)" in (out / "table3_a.md").read_text()  # the markdown twin too

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from headsweep.analysis.fixed import fixed_vs_learned_lines, pattern_of
 from headsweep.analysis.importance import KIND_NAMES
-from headsweep.reporting.markdown import figure, table
+from headsweep.reporting.markdown import figure, fmt_p, table
 from headsweep.reporting.plots import pyplot
 from headsweep.reporting.stats import holm, mean_sd, seed_test
 
@@ -109,7 +109,7 @@ def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
             (m1, s1), (m0, s0) = mean_sd(c["values"]), mean_sd(c["base_values"])
             said = up if m1 > m0 else down
             if c["p"] is not None:
-                p = f"Welch p {c['p']:.3f}, Holm {c['p_holm']:.3f}"
+                p = f"Welch p {fmt_p(c['p'])}, Holm {fmt_p(c['p_holm'])}"
             else:
                 p = "one seed in a cell: no spread, no test" if min(len(c["values"]), len(c["base_values"])) < 2 \
                     else "no seed spread: no test"
@@ -178,7 +178,7 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
         "of a fixed pattern are twins by construction). Mean ± sd over "
         f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.", "",
         figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
-               "attention kinds, one line per cell, mean ± sd over seeds."), "",
+               f"attention kinds, one line per cell, {seeds_words(groups)}."), "",
     ]
     lines += [*table(["cell", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
     words = verdict_words(comparisons(measured, base)) if compared else [] if base in groups else \
@@ -225,6 +225,16 @@ def _twin_words(analyses: list[dict]) -> list[str]:
             "near twin cost less)."]
 
 
+def seeds_words(groups: dict[str, list]) -> str:
+    """What a line of the pruning plot is: a mean ± sd only where a cell has more than one seed."""
+    counts = {len(runs) for runs in groups.values()}
+    if counts == {1}:
+        return "one seed per cell (no spread)"
+    if 1 in counts:
+        return "mean ± sd over seeds where a cell has several, one seed (no band) where it has one"
+    return "mean ± sd over seeds"
+
+
 def _plot_curves(groups: dict[str, list[dict]], grid: list[float], png: Path) -> Path:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
@@ -239,7 +249,7 @@ def _plot_curves(groups: dict[str, list[dict]], grid: list[float], png: Path) ->
                             color=line.get_color(), alpha=0.15, lw=0)
     ax.set_xlabel("heads removed, all attention kinds (%)")
     ax.set_ylabel("BLEU")
-    ax.set_title("pruning by importance, mean over seeds (± sd)", fontsize=9)
+    ax.set_title(f"pruning by importance, {seeds_words(groups)}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

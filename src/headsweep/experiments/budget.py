@@ -23,7 +23,7 @@ from headsweep.experiments.report_plots import cell_curve
 from headsweep.experiments.report_table import display, fmt
 from headsweep.experiments.reuse import settings_diff
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, table
+from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot
 from headsweep.reporting.stats import holm, mean_sd, ols
 
@@ -98,7 +98,7 @@ def verdict(name: str, g: dict, n: int, alpha: float = 0.05) -> tuple[str, str]:
     change = f"{g['gap1']:+.2f} → {g['gap2']:+.2f} BLEU (change {g['change']:+.2f}"
     if g["p"] is None:
         return "held", f"{name}: gap {change}; too few runs for a test): nothing is shown."
-    ci = f", 95% CI [{g['lo']:+.2f}, {g['hi']:+.2f}], p Holm {g['p_holm']:.3g})"
+    ci = f", 95% CI [{g['lo']:+.2f}, {g['hi']:+.2f}], p Holm {fmt_p(g['p_holm'])})"
     if g["p_holm"] >= alpha:
         return "held", (f"{name}: the gap held as far as {n} seed{'' if n == 1 else 's'} per cell can tell: {change}{ci} is not "
                         "significant, which means a change is not shown, not that there is none.")
@@ -135,7 +135,7 @@ def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
 
 
 def p_text(p: float | None) -> str:
-    return "—" if p is None else f"{p:.3g}"
+    return fmt_p(p)
 
 
 def capped(rows: list[dict]) -> list[str]:
@@ -223,6 +223,7 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
     png = curves_png(sweep, rows, out)
     head, md = markdown(sweep, rows, missing + capped(rows) + left_out, png)
     md_path, html_path = out / f"{sweep}-budget.md", out / f"{sweep}-budget.html"
+    md = with_back_link(md)
     md_path.write_text(md)
     html_path.write_text(page(head, md))
     return [md_path, html_path, png[0]]

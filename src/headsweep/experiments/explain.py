@@ -33,6 +33,8 @@ from pathlib import Path
 from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot
 from headsweep.reporting.stats import mean_sd, ols, seed_test
 
@@ -226,7 +228,7 @@ def best_h_lines(rows: list[dict]) -> list[str]:
             c = r["cells"].get(h)
             p = r["p_vs_best"].get(h)
             cells.append("—" if c is None else f"{c['mean']:.2f} ± {c['sd']:.2f} ({c['n']})"
-                         + ("" if h == r["best"] or p is None else f", p {p:.3f}" if p >= 0.0005 else ", p < 0.001"))
+                         + ("" if h == r["best"] or p is None else f", p {fmt_p(p)}"))
         level = ", ".join(map(str, r["level"])) or "none"
         lines.append(f"| {r['d_model']} | {r['precision']} | " + " | ".join(cells)
                      + f" | **{r['best']}** ({r['d_model'] // r['best']}) | {level} |")
@@ -302,7 +304,7 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) 
              "b_dm log2 d_model (+ b_bf16 where the sweeps' precisions differ); a size that does not vary is left "
              "out.", "", "| term | coefficient (BLEU per doubling; bf16: offset) | 95% CI | p |", "|---|---:|---:|---:|"]
     for name, t in result["terms"].items():
-        lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {t['p']:.3g} |")
+        lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {fmt_p(t['p'])} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
     lines += influence_lines(fit_without_each_cell(points))
     best = best_h_by_width(points)
@@ -315,7 +317,9 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) 
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"
-    path.write_text("\n".join(lines) + "\n")
+    md = with_back_link("\n".join(lines) + "\n")
+    path.write_text(md)
+    path.with_suffix(".html").write_text(page(first_heading(md, "explain"), md))
     return path
 
 

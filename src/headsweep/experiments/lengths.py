@@ -33,6 +33,8 @@ from headsweep.data import DataError, TranslationDataModule
 from headsweep.experiments.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
 from headsweep.experiments.report_table import fmt_p
 from headsweep.experiments.significance import read_text_lines, references, run_data_dir
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import first_heading, with_back_link
 
 BUCKETS = ((1, 8), (9, 16), (17, None))  # source subwords: within d_k = 8, within 16, beyond 16
 SPLITS = (8, 16)                         # the contrasts' k: the narrow cells' d_k
@@ -217,7 +219,9 @@ def write(root: Path, sweeps: list[str], out: Path, n_samples: int = 1000) -> Pa
         raise ReportError(f"no cell besides a base in {', '.join(sweeps)}: nothing to compare")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "lengths.md"
-    path.write_text(markdown(sweeps, rows, left_out))
+    md = with_back_link(markdown(sweeps, rows, left_out))
+    path.write_text(md)
+    path.with_suffix(".html").write_text(page(first_heading(md, "lengths"), md))
     return path
 
 

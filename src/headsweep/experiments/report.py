@@ -29,6 +29,7 @@ from pathlib import Path
 from headsweep.analysis.compare import report_section
 from headsweep.experiments import report_convergence, report_stuck
 from headsweep.experiments.init_check import init_check_section
+from headsweep.experiments.report_complete import incomplete
 from headsweep.experiments.report_lr import lr_section, split_grid_runs
 from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.experiments.paper import COLUMNS, table3
@@ -39,7 +40,7 @@ from headsweep.experiments.report_table import (cell_details, decode_speed_colum
 from headsweep.experiments.significance import paired_bootstrap
 from headsweep.experiments.specs import follows_width
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure
+from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
 from headsweep.sizes import attention_flops
@@ -298,7 +299,8 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
              f"`{sweep_dir}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
                                    "or p-values."),
              f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
-             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; mean ± sd over seeds. "
+             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
+             + ("one seed per cell (no sd). " if seeds == [1] else "mean ± sd over seeds. ") +
              "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
              "(see Method)."]
     scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})
@@ -344,7 +346,8 @@ def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[s
         method.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
     figures_note = [] if varies(cells, "params_M") else \
         [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
-    md = [f"# {head}", "", *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
+    status = incomplete(info["sweep"], cells) if info.get("sweep") else None
+    md = [f"# {head}", "", *([f"> {status}", ""] if status else []), *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
           "Per cell:", "", *[line for c in cells for line in cell_details(c, info["n_samples"])],
           *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
           *(report_stuck.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
@@ -419,6 +422,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     cells = group_cells(runs)
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
+    info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
     info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool)
     info["convergence"] = report_convergence.convergence(cells)
     speed = decode_speed_columns(sweep_dir)
@@ -433,6 +437,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
                         "\n\n".join(sections) or None)
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
+    md = with_back_link(md)
     md_path.write_text(md)
     html_path.write_text(page(head, md))
     json_path.write_text(json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))

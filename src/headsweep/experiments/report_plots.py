@@ -21,70 +21,155 @@ def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list
     return figures
 
 
-def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> tuple[Path, str]:
+def over_seeds(cells: list[Cell]) -> str:
+    """What a point or line stands for: a mean ± sd only where a cell has more than one seed."""
+    counts = {len(c.runs) for c in cells}
+    if counts == {1}:
+        return "one seed per cell (no spread)"
+    if 1 in counts:
+        return "mean ± sd over seeds (one seed, no spread, where a cell has only one)"
+    return "mean ± sd over seeds"
+
+
+AXIS_FIRST = ("model.heads", "model.kv_heads")  # the setting a sweep is about, when it varies with others
+LOG2_AXES = ("model.heads", "model.kv_heads", "model.d_k", "model.d_v")
+
+
+def bleu_axes(cells: list[Cell], keys: list[str]) -> tuple[str | None, list[str]]:
+    """The x axis of the BLEU plot and the keys that split the cells into lines. The axis is a numeric
+    varied setting (h first); d_k and d_v follow h, so they split nothing; the other varied settings
+    each give a line (heads_by_width: h on the axis, one line per d_model). None: no such axis tells the
+    cells of a line apart, so each cell gets a slot of its own."""
+    numeric = [k for k in keys if all(isinstance(c.runs[0].flat[k], (int, float))
+                                      and not isinstance(c.runs[0].flat[k], bool) for c in cells)]
+    for x in sorted(numeric, key=lambda k: (k not in AXIS_FIRST, keys.index(k))):
+        split = [k for k in keys if k != x and not (x == "model.heads" and k in ("model.d_k", "model.d_v"))]
+        lines: dict[tuple, list] = {}
+        for c in cells:
+            lines.setdefault(tuple(repr(c.runs[0].flat[k]) for k in split), []).append(c.runs[0].flat[x])
+        if all(len(xs) == len(set(xs)) for xs in lines.values()):
+            return x, split
+    return None, keys
+
+
+def naming_keys(split: list[str], cells: list[Cell]) -> list[str]:
+    """The settings that name the lines: the first splitting one that alone tells them apart (d_model, when
+    d_ff and the learning rate follow it), else all of them."""
+    groups = len({tuple(repr(c.runs[0].flat[k]) for k in split) for c in cells})
+    return next(([k] for k in split if len({repr(c.runs[0].flat[k]) for c in cells}) == groups), split)
+
+
+def line_name(cell: Cell, naming: list[str]) -> str:
+    return ", ".join(f"{reader_name(k)} {fmt_value(cell.runs[0].flat[k])}" for k in naming)
+
+
+def fmt_value(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
+    """The figure of test BLEU against the varied setting, and its caption."""
     plt = pyplot()
-    # BLEU against the varied setting: on a number axis when the first varied key tells every cell apart
-    # (h in row A, d_k in row B; log2 for sizes per head), else one slot per cell named by its settings.
-    key = keys[0]
-    numeric = (all(isinstance(c.runs[0].flat[key], (int, float)) for c in cells)
-               and len({c.runs[0].flat[key] for c in cells}) == len(cells))
-    xlabel = reader_name(key) if numeric or len(keys) == 1 else "cell"
-    xs = [c.runs[0].flat[key] if numeric else i for i, c in enumerate(cells)]
+    x_key, split = bleu_axes(cells, keys)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     stuck_shown = False
-    for x, c in zip(xs, cells):
+
+    def seeds_at(x, c, color):
+        nonlocal stuck_shown
         ys = c.row["test_bleu_seeds"]
         stuck = [y for y, seed in zip(ys, c.row["seeds"]) if seed in c.row.get("stuck_seeds", [])]  # report_stuck
-        ax.scatter([x] * len(ys), ys, color="0.6", s=14, zorder=2, label="one seed" if c is cells[0] else None)
+        ax.scatter([x] * len(ys), ys, color=color, s=14, zorder=2, alpha=0.5,
+                   label="one seed" if c is cells[0] else None)
         if stuck:
             ax.scatter([x] * len(stuck), stuck, color="C3", marker="x", s=30, zorder=4,
                        label=None if stuck_shown else "stuck seed (early plateau)")
             stuck_shown = True
-        ax.errorbar([x], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o", color="C0",
-                    capsize=4, zorder=3, label="mean ± sd over seeds" if c is cells[0] else None)
+
+    if x_key is None:  # one slot per cell, named by its settings
+        xs = list(range(len(cells)))
+        for x, c in zip(xs, cells):
+            seeds_at(x, c, "0.6")
+            ax.errorbar([x], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o", color="C0",
+                        capsize=4, zorder=3, label=over_seeds(cells) if c is cells[0] else None)
+        names = ["-".join(label_part(k, c.runs[0].flat[k]) for k in keys) for c in cells]
+        ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.5, len(cells) - 0.5)
+        xlabel, against = "cell (its settings)", "each cell, named by its settings"
+    else:
+        naming = naming_keys(split, cells) if split else []
+        lines: dict[str, list[Cell]] = {}
+        for c in cells:
+            lines.setdefault(line_name(c, naming), []).append(c)
+        for i, (name, members) in enumerate(lines.items()):
+            members.sort(key=lambda c: c.runs[0].flat[x_key])
+            color = f"C{i % 10}" if split else "C0"
+            xs = [c.runs[0].flat[x_key] for c in members]
+            mean = [c.row["test_bleu"] for c in members]
+            sd = [c.row["test_bleu_sd"] or 0 for c in members]
+            for x, c in zip(xs, members):
+                seeds_at(x, c, color if split else "0.6")
+            if split:  # one line per setting, the seeds' spread as a band
+                ax.plot(xs, mean, "o-", color=color, zorder=3, label=name)
+                ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
+                                color=color, alpha=0.15, lw=0)
+            else:
+                ax.errorbar(xs, mean, yerr=sd, fmt="o", color="C0", capsize=4, zorder=3, label=over_seeds(cells))
+        every_x = sorted({c.runs[0].flat[x_key] for c in cells})
+        if x_key in LOG2_AXES and min(every_x) > 0:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(every_x, [fmt_value(x) for x in every_x])
+        ax.minorticks_off()
+        xlabel = reader_name(x_key)
+        by = ", ".join(reader_name(k) for k in naming)
+        against = xlabel + (f", one line per {by}" if split else "")
     base = next((c for c in cells if c.base), None)
     if base is not None:
         ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label=display(base))
-    if numeric and key in ("model.heads", "model.d_k", "model.d_v") and min(xs) > 0:
-        ax.set_xscale("log", base=2)
-    if numeric:
-        ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
-    else:
-        shown = [k for k in keys if k not in ("model.heads", "model.d_k", "model.d_v")] or keys
-        names = [str(c.runs[0].flat[key]) if len(keys) == 1 else
-                 "-".join(label_part(k, c.runs[0].flat[k]) for k in shown) for c in cells]
-        ax.set_xticks(xs, names, rotation=30 if len(keys) > 1 else 0, ha="right" if len(keys) > 1 else "center",
-                      fontsize=8)
-        ax.set_xlim(-0.5, len(cells) - 0.5)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test BLEU")
     ax.set_title(f"{sweep}: test BLEU vs {xlabel}")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    caption = (f"Test BLEU against {against}: the mean over seeds, its ± sd as a band, each seed a dot; the base "
+               "cell's mean (dashed)" if x_key is not None and split and {len(c.runs) for c in cells} != {1} else
+               f"Test BLEU against {against}: each seed (dots), {over_seeds(cells)}, the base cell's mean (dashed)"
+               if x_key is not None else
+               f"Test BLEU of {against}: each seed (grey), {over_seeds(cells)} (blue), the base cell's mean (dashed)")
+    caption += ("; a red cross marks a seed stuck on an early plateau (Stuck runs), counted in the mean."
+                if stuck_shown else ".")
+    return fig, caption
+
+
+def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> tuple[Path, str]:
+    fig, caption = bleu_figure(sweep, cells, keys)
     path = out_dir / f"{sweep}-bleu.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path, (f"Test BLEU of each cell against {xlabel}: each seed (grey), the mean ± sd over seeds (blue), "
-                  "the base cell's mean (dashed)" + ("; a red cross marks a seed stuck on an early plateau (Stuck "
-                                                     "runs), counted in the mean." if stuck_shown else "."))
+    pyplot().close(fig)
+    return path, caption
+
+
+def params_figure(sweep: str, cells: list[Cell]):
+    """Test BLEU against parameters, one colour per cell named in a legend beside the axes: cells of one
+    size share a parameter count, so names written at the points would overlap."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.4, 4.2))
+    for i, c in enumerate(cells):
+        ax.errorbar([c.row["params_M"]], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], ls="none",
+                    color=f"C{i % 10}", marker="osD^v<>"[i // 10 % 7], capsize=4, label=display(c))
+    ax.set_xlabel("parameters (M)")
+    ax.set_ylabel("test BLEU")
+    ax.set_title(f"{sweep}: test BLEU vs parameters")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    return fig, f"Test BLEU against the number of parameters, {over_seeds(cells)}; one colour per cell."
 
 
 def params_plot(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path, str]:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for c in cells:
-        ax.errorbar([c.row["params_M"]], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o",
-                    color="C1" if c.base else "C0", capsize=4)
-        ax.annotate(display(c), (c.row["params_M"], c.row["test_bleu"]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel("parameters (M)")
-    ax.set_ylabel("test BLEU")
-    ax.set_title(f"{sweep}: test BLEU vs parameters (mean ± sd over seeds)")
-    fig.tight_layout()
+    fig, caption = params_figure(sweep, cells)
     path = out_dir / f"{sweep}-params.png"
     fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path, "Test BLEU against the number of parameters, mean ± sd over seeds; the base cell in orange."
+    pyplot().close(fig)
+    return path, caption
 
 
 def cell_curve(cell: Cell, metric: str) -> tuple[list[int], list[float], list[float]]:
@@ -116,10 +201,11 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path,
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{sweep}: learning curves, mean ± sd over seeds")
+    fig.suptitle(f"{sweep}: learning curves, {over_seeds(cells)}")
     fig.tight_layout()
     path = out_dir / f"{sweep}-curves.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path, ("Learning curves: val BLEU (greedy) and val loss against training step, one line per cell, "
-                  "mean ± sd over the seeds that validated at that step.")
+    spread = ("one seed per cell (no spread)" if {len(c.runs) for c in cells} == {1} else
+              "mean ± sd over the seeds that validated at that step")
+    return path, f"Learning curves: val BLEU (greedy) and val loss against training step, one line per cell, {spread}."

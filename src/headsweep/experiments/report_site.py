@@ -1,4 +1,5 @@
-"""reports/index.html: a link to every sweep's report and every prune report (reports/prune-*/, rendered
+"""reports/index.html: a link to every sweep's report, every view across sweeps (explain, lengths, budget)
+and every prune report (reports/prune-*/, rendered
 to prune.html beside its prune.md), and one table of every cell of every sweep, sortable and filterable
 in the page itself. Built from the reports' own <sweep>.json files (what `make report` last found in each
 sweep), so rebuilding one sweep's report does not recompute the others'."""
@@ -11,7 +12,7 @@ from pathlib import Path
 from headsweep.experiments.cells import Cell
 from headsweep.experiments.report_table import anchor, fmt, fmt_p
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, table
+from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
 
 PRUNE_FIGURE = ("BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
                 "importance pruning to the same counts without fine-tuning.")
@@ -46,22 +47,46 @@ def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
     pages = []
     for md_path in sorted(out_dir.glob("prune-*/prune.md")):
         md = md_path.read_text()
-        heading = next((line.lstrip("# ").strip() for line in md.splitlines() if line.startswith("# ")), md_path.parent.name)
+        heading = first_heading(md, md_path.parent.name)
         if (md_path.parent / "prune.png").is_file() and "prune.png" not in md:
             md += "\n" + figure("prune.png", f"Figure 1. {PRUNE_FIGURE}") + "\n"
+        md = with_back_link(md, "../index.html")
         html_path = md_path.with_suffix(".html")
         html_path.write_text(page(f"{md_path.parent.name}: {heading}", md))
         pages.append((html_path, heading))
     return pages
 
 
-def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir: Path, unreported: list[str]) -> str:
+# The views across sweeps, each written by its own command: (markdown file pattern, what it answers, the command)
+VIEWS = (("explain.md", "heads or head width? BLEU against d_k across sweeps", "make explain"),
+         ("lengths.md", "narrow heads against sentence length", "make lengths"),
+         ("*-budget.md", "the gaps to the base at 1x and 2x the steps", "make budget"))
+
+
+def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
+    """Each cross-sweep view found in out_dir as a page, rendered again from its markdown (an older command
+    wrote only the markdown, or a page without the link back), with its first heading and what it answers."""
+    pages = []
+    for pattern, answers, _ in VIEWS:
+        for md_path in sorted(out_dir.glob(pattern)):
+            md = md_path.read_text()
+            html_path = md_path.with_suffix(".html")
+            html_path.write_text(page(first_heading(md, md_path.stem), with_back_link(md)))
+            pages.append((html_path, first_heading(md, md_path.stem), answers))
+    return pages
+
+
+def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir: Path, unreported: list[str],
+                   views: list[tuple[Path, str, str]] = ()) -> str:
     rows = [cell_row(r, c) for r in records for c in r["cells"]]
     lines = ["# headsweep reports", "", "## Sweeps", ""]
     for r in records:
         left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
         lines.append(f"- [{r['title']}]({r['page']}): {r['runs']} runs in {len(r['cells'])} cells{left}")
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
+    lines += ["", "## Across sweeps", ""]
+    lines += [f"- [{heading}]({p.name}): {answers}" for p, heading, answers in views] or \
+        [f"- none yet: {', '.join(command for *_, command in VIEWS)}"]
     lines += ["", "## Pruning reports", ""]
     lines += [f"- [{p.parent.name}]({p.relative_to(out_dir).as_posix()}): {heading}" for p, heading in prunes] or \
         ["- none yet: `make prune CKPT=<run dir>`"]
@@ -88,7 +113,8 @@ def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
     unreported = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in reported
                         and any(d.glob("*/results.json"))) if root is not None and root.is_dir() else []
     prunes = prune_pages(out_dir)
-    md = index_markdown(records, prunes, out_dir, unreported)
+    views = view_pages(out_dir)
+    md = index_markdown(records, prunes, out_dir, unreported, views)
     (out_dir / "index.md").write_text(md)
     (out_dir / "index.html").write_text(page("headsweep reports", md))
-    return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes)]
+    return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes), *(p for p, *_ in views)]

@@ -12,7 +12,7 @@ from pathlib import Path
 from headsweep.experiments.cells import Cell, learning_curve, val_loss_rises
 from headsweep.experiments.paper import COLUMNS
 from headsweep.machine import label as machine_label
-from headsweep.reporting.markdown import details
+from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
 
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
 
@@ -40,17 +40,6 @@ def fmt(value, digits: int = 2, sd=None) -> str:
         text = f"{value:.{digits + 1}g}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"
         return f"{text} ± {sd:.{digits}f}" if sd is not None else text
     return str(value)
-
-
-def fmt_p(p: float | None, bound: bool = False) -> str:
-    """A p-value to 3 decimals, "< 0.001" below what 3 decimals show (never "0.000"); `bound`: the
-    bootstrap's floor (no resample favoured the other side), so at most this."""
-    return "—" if p is None else f"<= {p:.3f}" if bound else "< 0.001" if p < 0.0005 else f"{p:.3f}"
-
-
-def p_words(p: float, bound: bool = False) -> str:
-    text = fmt_p(p, bound)
-    return f"p {text}" if text[0] in "<>" else f"p = {text}"
 
 
 def varies(cells: list[Cell], key: str, digits: int = 6) -> bool:

@@ -1,7 +1,7 @@
 """A markdown file as a web page: rendered by markdown-it-py (CommonMark with tables, raw HTML passed
-through), styled to fit a 1,280 px window, every table sortable by a click on its header, and a table
-inside <div id="cells"> filtered by the text box before it. Everything is inline: the page needs no
-network, and its images are files beside it, so the folder can move."""
+through), styled to fit a 1,280 px window, every table sortable by a click on its header, a table inside
+<div id="cells"> filtered by the text box before it, and the <details> a link's #anchor names opened.
+Everything is inline: the page needs no network, and its images are files beside it, so the folder can move."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-w
 """
 
 # Sort on a header click (numbers by value, then text; a second click reverses); filter #cells's rows
-# by every word typed. A few lines here rather than a library: nothing to fetch, nothing to vendor.
+# by every word typed; open the <details> a link's #anchor names (a cell's details), on load and on a
+# change of the hash, as a browser only scrolls to it. A few lines here rather than a library: nothing to
+# fetch, nothing to vendor.
 SCRIPT = """
 function sortKey(text){const m=text.trim().replace(/^(<=|≤)\\s*/,"").replace("−","-").match(/^[+-]?\\d+(\\.\\d+)?/);
  return m?parseFloat(m[0]):null}
@@ -42,6 +44,10 @@ const box=document.getElementById("filter"),cells=document.querySelector("#cells
 if(box&&cells)box.addEventListener("input",()=>{const words=box.value.toLowerCase().split(/\\s+/).filter(Boolean);
  let shown=0;[...cells.tBodies[0].rows].forEach(r=>{const ok=words.every(w=>r.textContent.toLowerCase().includes(w));
   r.style.display=ok?"":"none";shown+=ok});document.getElementById("shown").textContent=shown})
+function openTarget(){const id=decodeURIComponent(location.hash.slice(1));let el=id&&document.getElementById(id);
+ const target=el;while(el){if(el.tagName==="DETAILS")el.open=true;el=el.parentElement}
+ if(target)target.scrollIntoView()}
+window.addEventListener("hashchange",openTarget);openTarget();
 """
 
 _MD = MarkdownIt("commonmark", {"html": True}).enable("table")

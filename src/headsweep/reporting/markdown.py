@@ -14,7 +14,32 @@ def cell_text(value) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-NUMBER = re.compile(r"^(<= )?[+-]?\d[\d.]*%?( ± [\d.]+%?)?\*?$|^—$")  # a number (± sd), a bound, a dash for none
+NUMBER = re.compile(r"^(<=? )?[+-]?\d[\d.]*%?( ± [\d.]+%?)?\*?$|^—$")  # a number (± sd), a bound, a dash for none
+
+
+INDEX = "index.html"
+
+
+def with_back_link(markdown: str, index: str = INDEX) -> str:
+    """A view's markdown with a link back to the index of every report on its first line."""
+    link = f"[← all reports]({index})"
+    return markdown if markdown.startswith(link) else f"{link}\n\n{markdown}"
+
+
+def first_heading(markdown: str, default: str) -> str:
+    return next((line.lstrip("# ").strip() for line in markdown.splitlines() if line.startswith("# ")), default)
+
+
+def fmt_p(p: float | None, bound: bool = False) -> str:
+    """A p-value to 3 decimals, "< 0.001" below what 3 decimals show (never "0.000"); `bound`: the
+    bootstrap's floor (no resample favoured the other side), so at most this."""
+    return "—" if p is None else f"<= {p:.3f}" if bound else "< 0.001" if p < 0.0005 else f"{p:.3f}"
+
+
+def p_words(p: float, bound: bool = False) -> str:
+    """"p = 0.012", "p < 0.001", "p <= 0.002": a p-value in a sentence."""
+    text = fmt_p(p, bound)
+    return f"p {text}" if text[0] in "<>" else f"p = {text}"
 
 
 def table(header: list[str], rows: list[list], align: bool = False) -> list[str]:

@@ -1,0 +1,50 @@
+"""Is a sweep complete? The top of its page says when it is not: how many of the runs its spec plans are
+here (cells x seeds of sweeps/<spec>.yaml), else which cells have fewer seeds than the others. A sweep run
+under another name than its spec (table3_a_h200 from table3_a, `make sweep NAME=`) is matched to the
+longest spec name it starts with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headsweep.config import SWEEPS_DIR
+from headsweep.experiments.cells import Cell
+from headsweep.experiments.specs import SweepError, available, load_spec, spec_seeds, split_parameters
+
+
+def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR) -> str | None:
+    """The spec a sweep was run from: its own name, else the longest spec name it extends (name_*)."""
+    names = available(specs_dir)
+    if sweep in names:
+        return sweep
+    return max((n for n in names if sweep.startswith(n + "_")), key=len, default=None)
+
+
+def planned_runs(sweep: str, specs_dir: Path = SWEEPS_DIR) -> tuple[str, int, int] | None:
+    """(spec, cells, seeds) the sweep's spec plans, or None where no readable spec is known."""
+    name = spec_of(sweep, specs_dir)
+    if name is None:
+        return None
+    try:
+        spec, _ = load_spec(name, specs_dir)
+        return name, len(split_parameters(spec)[1]), len(spec_seeds(spec))
+    except SweepError:
+        return None
+
+
+def incomplete(sweep: str, cells: list[Cell], specs_dir: Path = SWEEPS_DIR) -> str | None:
+    """One line for the top of the page when runs are missing; None when the sweep looks complete."""
+    runs = sum(len(c.runs) for c in cells)
+    most = max(len(c.runs) for c in cells)
+    short = [f"{c.label} ({len(c.runs)} of {most})" for c in cells if len(c.runs) < most]
+    fewer = f"cells with fewer seeds than the others: {', '.join(short)}" if short else ""
+    plan = planned_runs(sweep, specs_dir)
+    if plan is not None:
+        name, n_cells, n_seeds = plan
+        if runs < n_cells * n_seeds:
+            missing = f"{n_cells - len(cells)} of its cells not run yet" if len(cells) < n_cells else ""
+            said = "; ".join(s for s in (missing, fewer) if s)
+            return (f"**Incomplete: {runs} of {n_cells * n_seeds} planned runs** (`sweeps/{name}.yaml`: {n_cells} "
+                    f"cells x {n_seeds} seeds){f'; {said}' if said else ''}. Every number below is of the runs here.")
+        return None
+    return f"**Incomplete:** {fewer}. Every number below is of the runs here." if short else None
