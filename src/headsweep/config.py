@@ -34,6 +34,8 @@ def auto_precision() -> str:
 def width_scaled_lr(peak: float, at_d_model: int, d_model: int) -> float:
     """A peak learning rate tuned at one width, moved to another by d_model^-0.5, the scaling of the paper's
     schedule (lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)): wider models take smaller steps."""
+    if int(d_model) < 1 or int(at_d_model) < 1:  # a negative width would give a complex rate, not an error
+        raise ValueError(f"width_scaled_lr needs positive widths, got d_model={d_model} (tuned at {at_d_model})")
     return float(peak) * (int(at_d_model) / int(d_model)) ** 0.5
 
 
@@ -44,6 +46,8 @@ def attention_scaled_lr(peak: float, at_width: int, heads: int, d_v: int | None)
     beyond d_model (many heads at a fixed d_k, d_v)."""
     if d_v is None:
         raise ValueError("attention_scaled_lr needs model.d_v set (it scales by h * d_v)")
+    if int(heads) < 1 or int(d_v) < 1:  # a bad size is reported as itself, not as a bad learning rate
+        raise ValueError(f"attention_scaled_lr needs positive sizes, got heads={heads} d_v={d_v}")
     return float(peak) * int(at_width) / (int(heads) * int(d_v))
 
 
