@@ -247,7 +247,9 @@ def test_pending_keys_are_the_only_ones_the_properties_skip():
     assert set(SCHEMA) - set(KEYS) <= PENDING
 
 
-PROPERTY = settings(deadline=None, database=None, derandomize=False,
+# Fixed draws by default, so that make test (CI) is reproducible; HYPOTHESIS_RANDOM=1 draws anew each run, which
+# is how d_model=-1 reaching the learning-rate resolver was found.
+PROPERTY = settings(deadline=None, database=None, derandomize=not os.environ.get("HYPOTHESIS_RANDOM"),
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much,
                                            HealthCheck.too_slow])
 
