@@ -173,7 +173,12 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     index = (out / "index.html").read_text()
     assert 'href="heads_specialise.html"' in index and "no report yet" not in index
     cells = index[index.index('<div id="cells">'):]
-    assert cells.count("<tr>") == 1 + 3 + 2  # the header, table3_a's cells, heads_specialise's
+    # the header, table3_a's cells, heads_specialise's head dropout 0.1: its head dropout 0 has the settings of
+    # table3_a's h = 8, so it is the same experiment, one row holding both sweeps' runs (seeds 1 and 2 twice)
+    assert cells.count("<tr>") == 1 + 3 + 1
+    same = next(row for row in cells.split("<tr>") if 'href="table3_a.html#cell-h8-dk32-dv32"' in row)
+    assert 'href="heads_specialise.html#cell-h8-dk32-dv32-head_dropout0"' in same
+    assert "4 (seed 1 ×2, 2 ×2)" in same
     assert 'href="table3_a.html#cell-h4-dk64-dv64"' in cells and 'id="filter"' in index
     links = re.findall(r'(?:href|src)="([^"]+)"', index + (out / "table3_a.html").read_text())
     assert links and not [link for link in links if ":" in link or link.startswith("/")]  # relative: the folder can move
@@ -305,4 +310,9 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
         assert f'href="{view}"' in index, view
         back = "../index.html" if "/" in view else "index.html"
         assert f'href="{back}"' in (out / view).read_text(), view
-    assert "](index.html)" in (out / "table3_a.md").read_text()  # the markdown twin too
+    # the markdown twins link back too, to the index's twin, so the links work on GitHub
+    for view in ("table3_a.md", "explain.md", "lengths.md", "table3_a-budget.md"):
+        assert (out / view).read_text().startswith("[← all reports](index.md)\n"), view
+    assert (out / "prune-x" / "prune.md").read_text().startswith("[← all reports](../index.md)\n")
+    index_md = (out / "index.md").read_text()
+    assert "](table3_a.md)" in index_md and "](prune-x/prune.md)" in index_md and ".html" not in index_md

@@ -1,7 +1,8 @@
-"""reports/index.html: a link to every sweep's report, every view across sweeps (explain, lengths, budget)
-and every prune report (reports/prune-*/, rendered
-to prune.html beside its prune.md), and one table of every cell of every sweep, sortable and filterable
-in the page itself. Built from the reports' own <sweep>.json files (what `make report` last found in each
+"""reports/index.html and its twin index.md: a link to every sweep's report, every view across sweeps
+(explain, lengths, budget) and every prune report (reports/prune-*/, rendered to prune.html beside its
+prune.md), each of which links back, and one table of every experiment (report_index: each run counted
+once), sortable and filterable in the page itself. Markdown links markdown (GitHub renders the twins);
+the pages link pages. Built from the reports' own <sweep>.json files (what `make report` last found in each
 sweep), so rebuilding one sweep's report does not recompute the others'."""
 
 from __future__ import annotations
@@ -9,17 +10,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from headsweep.experiments import report_index
 from headsweep.experiments.cells import Cell
-from headsweep.experiments.report_table import anchor, fmt, fmt_p
+from headsweep.experiments.report_table import anchor
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
 
 PRUNE_FIGURE = ("BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
                 "importance pruning to the same counts without fine-tuning.")
-COLUMNS = ["sweep", "cell", "h", "d_k", "d_v", "params (M)", "attn MFLOP/token", "BLEU test",
-           "Δ BLEU test", "p Holm", "chrF test", "BLEU val", "seeds", "precision", "compile"]
-
-
 def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out: list) -> dict:
     """What the index shows of one sweep: its page, its cells' numbers, what was left out."""
     return {
@@ -28,18 +26,10 @@ def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out
         "cells": [{"cell": c.label, "base": c.base, "anchor": anchor(c), "h": c.row["h"], "d_k": c.row["d_k"],
                    "d_v": c.row["d_v"],
                    **{k: c.row[k] for k in ("params_M", "attn_mflops", "test_bleu", "test_bleu_sd", "delta", "p_holm",
-                                            "p_bound", "test_chrf", "val_bleu", "n", "precision", "compile")}}
+                                            "p_bound", "test_chrf", "val_bleu", "n", "precision", "compile")},
+                   **report_index.cell_record(c)}
                   for c in cells],
     }
-
-
-def cell_row(record: dict, c: dict) -> list[str]:
-    return [record["sweep"], f"[{c['cell']}{' (base)' if c['base'] else ''}]({record['page']}#{c['anchor']})",
-            str(c["h"]), str(c["d_k"]), str(c["d_v"]), fmt(c["params_M"], 2),
-            fmt(c["attn_mflops"], 3), fmt(c["test_bleu"], 2, c["test_bleu_sd"]),
-            "—" if c["delta"] is None else f"{c['delta']:+.2f}", fmt_p(c["p_holm"], c["p_bound"]),
-            fmt(c["test_chrf"], 1), fmt(c["val_bleu"], 2), str(c["n"]), c["precision"],
-            c["compile"].replace(" (not compiled)", "")]
 
 
 def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
@@ -50,7 +40,8 @@ def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
         heading = first_heading(md, md_path.parent.name)
         if (md_path.parent / "prune.png").is_file() and "prune.png" not in md:
             md += "\n" + figure("prune.png", f"Figure 1. {PRUNE_FIGURE}") + "\n"
-        md = with_back_link(md, "../index.html")
+        md = with_back_link(md, "../index.md")
+        md_path.write_text(md)  # the markdown twin links back too (GitHub shows it)
         html_path = md_path.with_suffix(".html")
         html_path.write_text(page(f"{md_path.parent.name}: {heading}", md))
         pages.append((html_path, heading))
@@ -69,35 +60,43 @@ def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
     pages = []
     for pattern, answers, _ in VIEWS:
         for md_path in sorted(out_dir.glob(pattern)):
-            md = md_path.read_text()
+            md = with_back_link(md_path.read_text())
+            md_path.write_text(md)  # the markdown twin links back too (GitHub shows it)
             html_path = md_path.with_suffix(".html")
-            html_path.write_text(page(first_heading(md, md_path.stem), with_back_link(md)))
+            html_path.write_text(page(first_heading(md, md_path.stem), md))
             pages.append((html_path, first_heading(md, md_path.stem), answers))
     return pages
 
 
+def md_link(page_name: str) -> str:
+    """A page's markdown twin (sweep.html -> sweep.md): the markdown links markdown, so the links work on
+    GitHub; the HTML pages get .html (reporting.html.page rewrites them)."""
+    return Path(page_name).with_suffix(".md").as_posix()
+
+
 def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir: Path, unreported: list[str],
                    views: list[tuple[Path, str, str]] = ()) -> str:
-    rows = [cell_row(r, c) for r in records for c in r["cells"]]
+    head, rows = report_index.table(records)
+    old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
     lines = ["# headsweep reports", "", "## Sweeps", ""]
     for r in records:
         left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
-        lines.append(f"- [{r['title']}]({r['page']}): {r['runs']} runs in {len(r['cells'])} cells{left}")
+        lines.append(f"- [{r['title']}]({md_link(r['page'])}): {r['runs']} runs in {len(r['cells'])} cells{left}")
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
+    lines += [f"- {name}: its report is older than the table below, which leaves it out: `make report SWEEP={name}`"
+              for name in old]
     lines += ["", "## Across sweeps", ""]
-    lines += [f"- [{heading}]({p.name}): {answers}" for p, heading, answers in views] or \
+    lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or \
         [f"- none yet: {', '.join(command for *_, command in VIEWS)}"]
     lines += ["", "## Pruning reports", ""]
-    lines += [f"- [{p.parent.name}]({p.relative_to(out_dir).as_posix()}): {heading}" for p, heading in prunes] or \
+    lines += [f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes] or \
         ["- none yet: `make prune CKPT=<run dir>`"]
-    lines += ["", "## Every cell of every sweep", "",
+    lines += ["", "## Every experiment", "", report_index.NOTE, "",
               "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
-              "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report. Mean ± sd over "
-              "seeds; p Holm: paired bootstrap against its sweep's base cell, Holm-corrected; `<=` a bound "
-              "(no resample favoured the base).", "",
-              f'<p><input id="filter" type="search" placeholder="filter the cells" aria-label="filter the cells"> '
-              f'<span id="shown">{len(rows)}</span> of {len(rows)} cells</p>', "",
-              '<div id="cells">', "", *table(COLUMNS, rows, align=True), "", "</div>", ""]
+              "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report.", "",
+              f'<p><input id="filter" type="search" placeholder="filter the experiments" '
+              f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} experiments</p>',
+              "", '<div id="cells">', "", *table(head, rows, align=True), "", "</div>", ""]
     return "\n".join(lines)
 
 

@@ -1,11 +1,13 @@
 """A markdown file as a web page: rendered by markdown-it-py (CommonMark with tables, raw HTML passed
 through), styled to fit a 1,280 px window, every table sortable by a click on its header, a table inside
 <div id="cells"> filtered by the text box before it, and the <details> a link's #anchor names opened.
+Links to a markdown twin (x.md, which GitHub renders) become links to its page (x.html).
 Everything is inline: the page needs no network, and its images are files beside it, so the folder can move."""
 
 from __future__ import annotations
 
 import html
+from urllib.parse import urlsplit, urlunsplit
 
 from markdown_it import MarkdownIt
 
@@ -50,7 +52,24 @@ function openTarget(){const id=decodeURIComponent(location.hash.slice(1));let el
 window.addEventListener("hashchange",openTarget);openTarget();
 """
 
+def page_href(href: str) -> str:
+    """A link between the markdown twins (`sweep.md#cell-x`, GitHub's view) as one between the pages
+    (`sweep.html#cell-x`); any other link as it is."""
+    parts = urlsplit(href)
+    if parts.scheme or parts.netloc or not parts.path.endswith(".md"):
+        return href
+    return urlunsplit(parts._replace(path=parts.path[:-len(".md")] + ".html"))
+
+
+def _links_to_pages(state) -> None:
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "link_open":
+                child.attrSet("href", page_href(child.attrGet("href") or ""))
+
+
 _MD = MarkdownIt("commonmark", {"html": True}).enable("table")
+_MD.core.ruler.push("links_to_pages", _links_to_pages)
 
 
 def render(markdown: str) -> str:

@@ -17,13 +17,17 @@ def cell_text(value) -> str:
 NUMBER = re.compile(r"^(<=? )?[+-]?\d[\d.]*%?( ± [\d.]+%?)?\*?$|^—$")  # a number (± sd), a bound, a dash for none
 
 
-INDEX = "index.html"
+INDEX = "index.md"  # the markdown twin: a page's HTML gets index.html (reporting.html.page)
+BACK = "[← all reports]("
 
 
 def with_back_link(markdown: str, index: str = INDEX) -> str:
-    """A view's markdown with a link back to the index of every report on its first line."""
-    link = f"[← all reports]({index})"
-    return markdown if markdown.startswith(link) else f"{link}\n\n{markdown}"
+    """A view's markdown with a link back to the index of every report on its first line (an older link
+    back, to index.html, replaced)."""
+    link = f"{BACK}{index})"
+    if markdown.startswith(BACK):
+        markdown = markdown.split("\n", 1)[1].lstrip("\n") if "\n" in markdown else ""
+    return f"{link}\n\n{markdown}"
 
 
 def first_heading(markdown: str, default: str) -> str:

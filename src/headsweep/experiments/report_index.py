@@ -1,0 +1,144 @@
+"""The index's table of every experiment: the cells of every sweep's report (<sweep>.json), each run counted
+once. A run two sweeps share (a copy with `shared_from`, an adopted model, or a view results/<sweep>/<job>
+linking into a store) is one run: it is known by the run folder it resolves to. Runs of the same settings
+are one row, whichever sweeps hold them, with a link to each sweep's cell. The table has a column for every
+setting that differs anywhere among the rows, and always h, d_k, d_v, steps, precision and init."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from headsweep.experiments.cells import Cell, Run
+from headsweep.experiments.report_table import fmt, reader_name
+from headsweep.experiments.reuse import experiment_settings
+from headsweep.training.runs import RESULTS
+
+ALWAYS = ("model.heads", "model.d_k", "model.d_v")  # first, varied or not
+LAST = ("trainer.max_steps", "trainer.precision", "model.init")  # before the scores, varied or not
+# Short headers, so that the table fits a 1,280 px window (the rest: the setting's last part in words)
+HEADERS = {"model.kv_heads": "kv heads", "model.fixed_heads.enc_self": "fixed enc", "model.fixed_heads.dec_self":
+           "fixed dec", "model.fixed_heads.cross": "fixed cross", "model.head_dropout": "head drop",
+           "model.init_kv_gain": "kv gain", "module.peak_lr": "peak lr", "trainer.accelerator": "device",
+           "trainer.max_steps": "steps", "trainer.precision": "precision", "module.decay_by": "decay by"}
+NOTE = ("One row per experiment: runs of the same settings pooled over seeds, a run that several sweeps hold "
+        "(a copy, or the same run folder) counted once; `sweeps` links the cell in each sweep's report "
+        "(`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
+        "the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
+        "PPL: test perplexity per subword (exp of the test NLL, teacher-forced, no label smoothing); mean ± sd "
+        "over seeds. Δ BLEU and p-values are on each sweep's page, against its own base.")
+
+
+def run_identity(run: Run, depth: int = 8) -> str:
+    """The run folder a run is, relative to its results root (results/<sweep>/<job>: the root two levels up):
+    a copy's `shared_from` followed back to the run it was copied from, then symlinks resolved. The same
+    run seen from two sweeps gets the same string."""
+    root = run.dir.parent.parent
+    here, results = run.dir, run.results
+    for _ in range(depth):
+        shared = (results or {}).get("shared_from") or {}
+        if not shared.get("run"):
+            break
+        here = root / shared["run"]
+        try:
+            results = json.loads((here / RESULTS).read_text())
+        except (OSError, ValueError):
+            break  # the original is gone or unreadable: its name is still its identity
+    return os.path.relpath(here.resolve(), root.resolve()).replace(os.sep, "/")
+
+
+def cell_settings(run: Run) -> dict:
+    """What the cell trains and how it is scored (reuse.experiment_settings: the one definition of the same
+    experiment), as JSON values; the analysis run afterwards and per-run paths left out."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in experiment_settings(run.flat).items()
+            if not k.startswith("analysis") and run.dir.name not in str(v)}
+
+
+def cell_record(c: Cell) -> dict:
+    """What the index needs of a cell beyond the sweep's own table: its settings and each run."""
+    return {"settings": cell_settings(c.runs[0]),
+            "runs": [{"id": run_identity(r), "seed": r.seed, "test_bleu": r.results["metrics"].get("test/bleu"),
+                      "test_ppl": r.results["metrics"].get("test/ppl"),
+                      "steps": r.results["metrics"].get("train/steps")} for r in c.runs]}
+
+
+def experiments(records: list[dict]) -> list[dict]:
+    """The rows: every distinct run of the records, grouped by its cell's settings (in the records' order)."""
+    rows: dict[str, dict] = {}
+    seen: set[str] = set()
+    for record in records:
+        for c in record["cells"]:
+            if "runs" not in c:
+                continue  # a report from before the index counted runs: named in the list of sweeps
+            key = json.dumps(c["settings"], sort_keys=True)
+            row = rows.setdefault(key, {"settings": c["settings"], "label": c["cell"], "runs": [], "where": []})
+            row["where"].append((record["sweep"], record["page"], c["anchor"], c["base"]))
+            for r in c["runs"]:
+                if r["id"] not in seen:
+                    seen.add(r["id"])
+                    row["runs"].append(r)
+    return [row for row in rows.values() if row["runs"]]
+
+
+def columns(rows: list[dict]) -> list[str]:
+    """The settings shown: h, d_k, d_v, every setting that differs between rows (a setting only some rows
+    record counts as differing: "—" where it is not recorded), then steps, precision and init. So no two
+    rows look the same."""
+    union = set().union(*(r["settings"] for r in rows)) if rows else set()
+    varied = [k for k in sorted(union, key=lambda k: (not k.startswith("model."), k))
+              if k not in (*ALWAYS, *LAST) and len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
+    return [k for k in (*ALWAYS, *varied, *LAST) if k in union]
+
+
+def header(key: str) -> str:
+    return HEADERS.get(key) or reader_name(key)
+
+
+def value(v) -> str:
+    return "—" if v is None else fmt(v, 4) if isinstance(v, float) and not v.is_integer() else str(v)
+
+
+def steps_text(row: dict, usual: int | None) -> str:
+    steps = row["settings"].get("trainer.max_steps")
+    text = str(steps)
+    if usual and isinstance(steps, int) and steps != usual:
+        text += f" ({steps / usual:g}×)"
+    if any(r.get("steps") is not None and isinstance(steps, int) and r["steps"] < steps for r in row["runs"]):
+        text += "*"
+    return text
+
+
+def runs_text(runs: list[dict]) -> str:
+    """How many runs; a seed that two distinct runs share (the same experiment trained twice) said."""
+    repeated = sorted((seed, n) for seed, n in Counter(r["seed"] for r in runs).items() if n > 1)
+    return str(len(runs)) + (f" (seed {', '.join(f'{seed} ×{n}' for seed, n in repeated)})" if repeated else "")
+
+
+def mean_sd_text(values: list[float], digits: int) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    return fmt(statistics.fmean(values), digits, statistics.stdev(values) if len(values) > 1 else None)
+
+
+def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The index's table: its header and one row per experiment (markdown cells)."""
+    rows = experiments(records)
+    keys = columns(rows)
+    usual = Counter(r["settings"].get("trainer.max_steps") for r in rows).most_common(1)[0][0] if rows else None
+    head = ["cell", "sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
+    body = []
+    for row in rows:
+        first_sweep, first_page, first_anchor, _ = row["where"][0]
+        md_page = Path(first_page).with_suffix(".md").as_posix()
+        sweeps = ", ".join(f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
+                           for sweep, page, anchor, base in row["where"])
+        cells = [f"[{row['label']}]({md_page}#{first_anchor})", sweeps]
+        cells += [steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k)) for k in keys]
+        cells += [runs_text(row["runs"]), mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),
+                  mean_sd_text([r["test_ppl"] for r in row["runs"]], 2)]
+        body.append(cells)
+    return head, body
