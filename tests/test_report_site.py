@@ -316,3 +316,10 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     assert (out / "prune-x" / "prune.md").read_text().startswith("[← all reports](../index.md)\n")
     index_md = (out / "index.md").read_text()
     assert "](table3_a.md)" in index_md and "](prune-x/prune.md)" in index_md and ".html" not in index_md
+    # the site check, from the files: every page reached from the index and linking back, no p of 0.000, and
+    # every figure the report drew has its tick labels recorded, none repeated
+    found, unrecorded = report_check.site_problems(out)
+    assert sorted(p.relative_to(out).as_posix() for p in found) == [
+        "explain.html", "index.html", "lengths.html", "prune-x/prune.html", "table3_a-budget.html", "table3_a.html"]
+    assert not any(found.values()), found
+    assert unrecorded == [] and (out / "table3_a-bleu.ticks.json").is_file()

@@ -18,7 +18,7 @@ from pathlib import Path
 from headsweep.analysis.fixed import fixed_vs_learned_lines, pattern_of
 from headsweep.analysis.importance import KIND_NAMES
 from headsweep.reporting.markdown import figure, fmt_p, table
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, seed_test
 
 # (key, column, format, words for a higher value, words for a lower one)
@@ -253,6 +253,6 @@ def _plot_curves(groups: dict[str, list[dict]], grid: list[float], png: Path) ->
     ax.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    save_figure(fig, png, dpi=110)
     plt.close(fig)
     return png

@@ -10,7 +10,7 @@ import torch
 from headsweep.analysis.fixed import name_label, pattern_of
 from headsweep.analysis.importance import KIND_NAMES, POOLS
 from headsweep.model import ATTENTION_KINDS
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 
 
 def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path: Path, cmap: str,
@@ -40,7 +40,7 @@ def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -69,7 +69,7 @@ def plot_pruning(pruning: dict, grid: list[float], full_bleu: float, tolerance: 
     ax_b.set_title("pruning by importance vs random order (mean ± sd)", fontsize=9)
     ax_l.set_title("teacher-forced loss on the same sentences", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -92,7 +92,7 @@ def plot_importance_vs_confidence(heads: list[dict], path: Path, fixed: dict | N
     ax.legend(fontsize=6.5)
     ax.set_title("importance vs confidence, one point per head", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -115,7 +115,7 @@ def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: l
             ax.set_yticks(range(len(q_tokens)), q_tokens if h == 0 else [], fontsize=5)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -140,5 +140,5 @@ def plot_redundancy(similar: dict, path: Path, fixed: dict | None = None) -> Non
     fig.suptitle(f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})"
                  + ("; (pattern): a fixed head" if fixed else ""), fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

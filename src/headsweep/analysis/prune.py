@@ -33,7 +33,7 @@ from headsweep.analysis.importance import AnalysisError, head_importance, normal
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.markdown import table
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.training.checks import ConfigError
 from headsweep.training.runs import RunError, load_run, read_results
 from headsweep.training.train import train
@@ -198,7 +198,7 @@ def plot(record: dict, path: Path) -> None:
     ax.set_ylabel(f"BLEU ({record['split']}, greedy)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

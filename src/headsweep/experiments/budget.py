@@ -24,7 +24,7 @@ from headsweep.experiments.report_table import display, fmt
 from headsweep.experiments.reuse import settings_diff
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
 
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran
@@ -128,7 +128,7 @@ def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
     fig.suptitle(f"{sweep}: learning curves at 1x and 2x the steps, mean ± sd over seeds")
     fig.tight_layout()
     path = out / f"{sweep}-budget-curves.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path, ("Val BLEU (greedy) and val loss against training step: one colour per cell, the longer budget "
                   "solid, the same cell at the shorter budget dashed; mean ± sd over the seeds that validated there.")

@@ -35,7 +35,7 @@ from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
@@ -254,7 +254,7 @@ def best_h_figure(rows: list[dict], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -281,7 +281,7 @@ def figure(points: list[Point], path: Path) -> Path:
     ax.legend(fontsize=8, ncol=2, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -13,7 +13,7 @@ from headsweep.experiments.cells import Cell, Run, learning_curve
 from headsweep.experiments.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
 from headsweep.experiments.report_table import display
 from headsweep.reporting.markdown import table as markdown_table
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 
 
 def lr_record(run: Run) -> dict | None:
@@ -155,7 +155,7 @@ def loss_plot(sweep: str, order: list[str], by_cell: dict, chosen: dict, grid: l
     fig.suptitle(f"{sweep}: the learning-rate grid (seed 1)")
     fig.tight_layout()
     path = out_dir / f"{sweep}-lr.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path, ("The learning-rate grid, seed 1: final val loss against the peak rate per cell (the chosen "
                   "rate ringed), and each grid run's val-loss curve (line style: rate).")

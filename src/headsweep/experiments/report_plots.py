@@ -10,7 +10,7 @@ from pathlib import Path
 from headsweep.experiments.cells import Cell, learning_curve
 from headsweep.experiments.report_table import display, reader_name, varies
 from headsweep.experiments.specs import label_part
-from headsweep.reporting.plots import pyplot
+from headsweep.reporting.plots import pyplot, save_figure
 
 
 def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[tuple[Path, str]]:
@@ -143,7 +143,7 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
 def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> tuple[Path, str]:
     fig, caption = bleu_figure(sweep, cells, keys)
     path = out_dir / f"{sweep}-bleu.png"
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     pyplot().close(fig)
     return path, caption
 
@@ -167,7 +167,7 @@ def params_figure(sweep: str, cells: list[Cell]):
 def params_plot(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path, str]:
     fig, caption = params_figure(sweep, cells)
     path = out_dir / f"{sweep}-params.png"
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     pyplot().close(fig)
     return path, caption
 
@@ -204,7 +204,7 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path,
     fig.suptitle(f"{sweep}: learning curves, {over_seeds(cells)}")
     fig.tight_layout()
     path = out_dir / f"{sweep}-curves.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     spread = ("one seed per cell (no spread)" if {len(c.runs) for c in cells} == {1} else
               "mean ± sd over the seeds that validated at that step")
