@@ -73,7 +73,7 @@ def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
     text = explain.write(tmp_path, ["w"], tmp_path / "out").read_text()
     assert "| 128 | 32-true | 32.20 ± 0.20 (3), p " in text and "| **2** (64) | none |" in text
     assert "| **8** (64) | 32 |" in text
-    assert "![Row A at each width: test BLEU against h](explain-best-h.png)" in text
+    assert '<figure><img src="explain-best-h.png" alt="Figure 2. Row A at each width: test BLEU against h' in text
     assert (tmp_path / "out" / "explain-best-h.png").stat().st_size > 0
 
 

@@ -34,6 +34,7 @@ from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.html import page
+from headsweep.reporting.markdown import figure as md_figure
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
@@ -298,8 +299,8 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) 
              f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells; "
              f"precision {', '.join(precisions)}" + (" (mixed across sweeps, never within one: the fit has a term "
                                                      "for it; see docs/throughput.md)" if len(precisions) > 1 else ""),
-             "", f"![Test BLEU against d_k, coloured by h, marked by d_model]({png.name})", "",
-             "*Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the query/key width per head.*", "",
+             "", md_figure(png.name, "Figure 1. Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the "
+                           "query/key width per head; coloured by h, marked by d_model."), "",
              "Least squares on every run (seeds as replicates): BLEU = b0 + b_h log2 h + b_dk log2 d_k + "
              "b_dm log2 d_model (+ b_bf16 where the sweeps' precisions differ); a size that does not vary is left "
              "out.", "", "| term | coefficient (BLEU per doubling; bf16: offset) | 95% CI | p |", "|---|---:|---:|---:|"]
@@ -311,9 +312,8 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) 
     lines += best_h_lines(best)
     if best:
         png_h = best_h_figure(best, out / "explain-best-h.png")
-        lines += ["", f"![Row A at each width: test BLEU against h]({png_h.name})", "",
-                  "*Row A at each width: test BLEU against h (d_k = d_model / h), mean ± sd over seeds; the best h "
-                  "ringed.*"]
+        lines += ["", md_figure(png_h.name, "Figure 2. Row A at each width: test BLEU against h (d_k = d_model / h), "
+                                            "mean ± sd over seeds; the best h ringed.")]
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"

@@ -25,8 +25,8 @@ HEADERS = {"model.kv_heads": "kv heads", "model.fixed_heads.enc_self": "fixed en
            "model.init_kv_gain": "kv gain", "module.peak_lr": "peak lr", "trainer.accelerator": "device",
            "trainer.max_steps": "steps", "trainer.precision": "precision", "module.decay_by": "decay by"}
 NOTE = ("One row per experiment: runs of the same settings pooled over seeds, a run that several sweeps hold "
-        "(a copy, or the same run folder) counted once; `sweeps` links the cell in each sweep's report "
-        "(`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
+        "(a copy, or the same run folder) counted once; under its name, the cell in each sweep's report "
+        "that holds it (`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
         "the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
         "PPL: test perplexity per subword (exp of the test NLL, teacher-forced, no label smoothing); mean ± sd "
         "over seeds. Δ BLEU and p-values are on each sweep's page, against its own base.")
@@ -74,8 +74,11 @@ def experiments(records: list[dict]) -> list[dict]:
             if "runs" not in c:
                 continue  # a report from before the index counted runs: named in the list of sweeps
             key = json.dumps(c["settings"], sort_keys=True)
-            row = rows.setdefault(key, {"settings": c["settings"], "label": c["cell"], "runs": [], "where": []})
+            row = rows.setdefault(key, {"settings": c["settings"], "label": c["cell"], "named_in": 0, "runs": [],
+                                        "where": []})
             row["where"].append((record["sweep"], record["page"], c["anchor"], c["base"]))
+            if len(c["cell"]) < len(row["label"]):  # the plainest name: h8-dk32-dv32, not ...-fixed_enc0
+                row["label"], row["named_in"] = c["cell"], len(row["where"]) - 1
             for r in c["runs"]:
                 if r["id"] not in seen:
                     seen.add(r["id"])
@@ -98,7 +101,7 @@ def header(key: str) -> str:
 
 
 def value(v) -> str:
-    return "—" if v is None else fmt(v, 4) if isinstance(v, float) and not v.is_integer() else str(v)
+    return "—" if v is None else f"{v:.4g}" if isinstance(v, float) and not v.is_integer() else str(v)
 
 
 def steps_text(row: dict, usual: int | None) -> str:
@@ -129,14 +132,14 @@ def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     rows = experiments(records)
     keys = columns(rows)
     usual = Counter(r["settings"].get("trainer.max_steps") for r in rows).most_common(1)[0][0] if rows else None
-    head = ["cell", "sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
+    head = ["cell, in sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
     body = []
     for row in rows:
-        first_sweep, first_page, first_anchor, _ = row["where"][0]
-        md_page = Path(first_page).with_suffix(".md").as_posix()
+        _, named_page, named_anchor, _ = row["where"][row["named_in"]]
+        md_page = Path(named_page).with_suffix(".md").as_posix()
         sweeps = ", ".join(f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
                            for sweep, page, anchor, base in row["where"])
-        cells = [f"[{row['label']}]({md_page}#{first_anchor})", sweeps]
+        cells = [f"[{row['label']}]({md_page}#{named_anchor})<br>in {sweeps}"]  # one column: the table fits 1,280 px
         cells += [steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k)) for k in keys]
         cells += [runs_text(row["runs"]), mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),
                   mean_sd_text([r["test_ppl"] for r in row["runs"]], 2)]

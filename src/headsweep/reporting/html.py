@@ -15,7 +15,7 @@ STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;
  line-height:1.45;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.8em 0;display:block;overflow-x:auto;max-width:100%}
-th,td{border:1px solid #ccc;padding:2px 6px;text-align:right;vertical-align:top}
+th,td{border:1px solid #ccc;padding:2px 4px;text-align:right;vertical-align:top}
 td[style*="right"]{white-space:nowrap}
 th{background:#f3f3f3;cursor:pointer}
 th:first-child,td:first-child{text-align:left}
@@ -24,6 +24,7 @@ img{max-width:100%;height:auto}
 figure{margin:1em 0}figcaption{font-size:90%;color:#444;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}
 code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-wrap:anywhere}
+#cells table{font-size:12px}
 #filter{font-size:14px;padding:3px 6px;width:30em;max-width:100%}
 """
 
