@@ -102,3 +102,17 @@ def test_main_without_a_browser_exits_1_on_a_problem_and_0_on_none(tmp_path, cap
     assert C.main([str(site(tmp_path / "bad", {**GOOD, "c.html": BACK})), "--no-browser"]) == 1
     out = capsys.readouterr().out
     assert "c.html: 1 problems\n  no chain of links from index.html reaches this page" in out
+
+
+def test_a_markdown_twin_linking_a_page_or_a_missing_file_fails(tmp_path):
+    folder = site(tmp_path, GOOD)
+    (folder / "fig.png").write_bytes(b"")
+    (folder / "a.md").write_text('[← all reports](index.md)\n\n[b](b.md#cell-h4) [web](https://example.org/x.html) '
+                                 '[here](#top) <figure><img src="fig.png" alt="f"></figure>\n')
+    (folder / "index.md").write_text("[a](a.md)\n")
+    (folder / "b.md").write_text("[← all reports](index.md)\n")
+    assert problems(folder) == {}
+    (folder / "a.md").write_text('[← all reports](index.html)\n\n[c](c.md) <img src="gone.png">\n')
+    assert problems(folder) == {"a.md": ["a link to a page, not to its markdown twin: index.html",
+                                         "a link to a file that is not there: c.md",
+                                         "a link to a file that is not there: gone.png"]}

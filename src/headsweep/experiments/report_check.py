@@ -7,7 +7,7 @@ tested on tiny pages): every page is reachable by links from index.html and link
 prints as 0.000 (in the text, or in a table column headed p...); no figure repeats a tick label on an axis
 or draws two labels over each other (read from the .ticks.json that reporting.plots.save_figure writes
 beside each PNG: a PNG shows no ticks to a browser; a figure without one is named, not failed: an older
-command drew it).
+command drew it); every markdown twin's links open files that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
@@ -188,9 +188,28 @@ def figure_problems(page: Path, facts: dict) -> tuple[list[str], list[str]]:
     return found, unrecorded
 
 
+MD_LINK = re.compile(r"\]\(([^)\s]+)\)|(?:src|href)=\"([^\"]+)\"")
+
+
+def markdown_problems(md: Path) -> list[str]:
+    """A markdown twin's links as GitHub follows them: each relative link or image opens a file beside it,
+    and a link to a page opens its twin (x.md, not x.html, which GitHub shows as source)."""
+    found = []
+    for match in MD_LINK.finditer(md.read_text(errors="replace")):
+        link = match.group(1) or match.group(2)
+        there = target(md, link)
+        if there is None:
+            continue
+        if not there.exists():
+            found.append(f"a link to a file that is not there: {link}")
+        elif there.suffix == ".html":
+            found.append(f"a link to a page, not to its markdown twin: {link}")
+    return found
+
+
 def site_problems(folder: Path) -> tuple[dict[Path, list[str]], list[str]]:
-    """Every .html under folder checked from its file: {page: problems}, and the figures without a tick
-    record (named, not failed)."""
+    """Every .html under folder checked from its file, and every .md with a problem: {file: problems}; and
+    the figures without a tick record (named, not failed)."""
     index = folder / "index.html"
     pages = {p: read_page(p) for p in sorted(folder.rglob("*.html"))}
     found: dict[Path, list[str]] = {p: [] for p in pages}
@@ -207,6 +226,9 @@ def site_problems(folder: Path) -> tuple[dict[Path, list[str]], list[str]]:
         ticks, missing = figure_problems(p, facts)
         found[p] += ticks
         unrecorded += [f"{p.relative_to(folder).as_posix()}: {src}" for src in missing]
+    for md in sorted(folder.rglob("*.md")):
+        if issues := markdown_problems(md):
+            found[md] = issues
     return found, unrecorded
 
 
