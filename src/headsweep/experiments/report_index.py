@@ -86,6 +86,27 @@ def experiments(records: list[dict]) -> list[dict]:
     return [row for row in rows.values() if row["runs"]]
 
 
+def shared_runs(records: list[dict]) -> dict[str, int]:
+    """Per sweep: how many of its runs another sweep's report holds too (the same run, counted once)."""
+    holders: dict[str, set[str]] = {}
+    for record in records:
+        for c in record["cells"]:
+            for r in c.get("runs", []):
+                holders.setdefault(r["id"], set()).add(record["sweep"])
+    return {record["sweep"]: len({r["id"] for c in record["cells"] for r in c.get("runs", [])
+                                  if len(holders[r["id"]]) > 1}) for record in records}
+
+
+def counts(records: list[dict]) -> str:
+    """The table's size in words: experiments, distinct runs, and the run folders the sweeps list."""
+    rows = experiments(records)
+    distinct = sum(len(r["runs"]) for r in rows)
+    listed = sum(len(c["runs"]) for record in records for c in record["cells"] if "runs" in c)
+    return (f"{len(rows)} experiments, {distinct} distinct runs" +
+            (f" ({listed} as the sweeps list them: {listed - distinct} held by more than one sweep)"
+             if listed != distinct else "") + ".")
+
+
 def columns(rows: list[dict]) -> list[str]:
     """The settings shown: h, d_k, d_v, every setting that differs between rows (a setting only some rows
     record counts as differing: "—" where it is not recorded), then steps, precision and init. So no two

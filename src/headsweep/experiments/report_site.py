@@ -68,6 +68,10 @@ def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
     return pages
 
 
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def md_link(page_name: str) -> str:
     """A page's markdown twin (sweep.html -> sweep.md): the markdown links markdown, so the links work on
     GitHub; the HTML pages get .html (reporting.html.page rewrites them)."""
@@ -78,10 +82,13 @@ def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir:
                    views: list[tuple[Path, str, str]] = ()) -> str:
     head, rows = report_index.table(records)
     old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
+    shared = report_index.shared_runs(records)
     lines = ["# headsweep reports", "", "## Sweeps", ""]
     for r in records:
         left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
-        lines.append(f"- [{r['title']}]({md_link(r['page'])}): {r['runs']} runs in {len(r['cells'])} cells{left}")
+        also = f" ({shared[r['sweep']]} also in another sweep)" if shared.get(r["sweep"]) else ""
+        lines.append(f"- [{r['title']}]({md_link(r['page'])}): {counted(r['runs'], 'run')}{also} in "
+                     f"{counted(len(r['cells']), 'cell')}{left}")
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
     lines += [f"- {name}: its report is older than the table below, which leaves it out: `make report SWEEP={name}`"
               for name in old]
@@ -91,7 +98,7 @@ def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir:
     lines += ["", "## Pruning reports", ""]
     lines += [f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes] or \
         ["- none yet: `make prune CKPT=<run dir>`"]
-    lines += ["", "## Every experiment", "", report_index.NOTE, "",
+    lines += ["", "## Every experiment", "", report_index.counts(records) + " " + report_index.NOTE, "",
               "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
               "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report.", "",
               f'<p><input id="filter" type="search" placeholder="filter the experiments" '
