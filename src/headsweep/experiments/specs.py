@@ -92,6 +92,12 @@ def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
         if path.is_file() and not name.startswith("_"):
             variants = [n for n, (s, _) in names.items() if s == name]
             raise SweepError(f"{path} has variants_only: true: run one of its variants: {', '.join(variants)}")
+        stems = sorted({s for s, _ in names.values() if name.startswith(f"{s}_")}, key=len)
+        if stems:  # a variant its spec does not have
+            spec, variant = stems[-1], name[len(stems[-1]) + 1:]
+            variants = [v for s, v in names.values() if s == spec and v]
+            raise SweepError(f"unknown sweep '{name}': sweeps/{spec}.yaml has no variant '{variant}' (its variants: "
+                             f"{', '.join(variants) or 'none'}; a sweep is named <spec>_<variant>)")
         raise SweepError(f"unknown sweep '{name}'; available: {', '.join(sorted(names)) or '(none)'} "
                          f"(the files in {specs_dir} and their variants: <spec>_<variant>)")
     stem, variant = names[name]
@@ -211,10 +217,11 @@ def wandb_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> dict:
 
 def write_wandb_spec(name: str, out: Path | None, specs_dir: Path = SWEEPS_DIR) -> str:
     """The full W&B spec as YAML, written to `out` when given; a header says where it comes from."""
+    spec = wandb_spec(name, specs_dir)  # first: a bad name or spec stops here with its one line
     text = (f"# Written by `make wandb-spec SWEEP={name}` from {spec_source(name, specs_dir)} over "
             f"sweeps/{BASE}.yaml: edit those, not this.\n"
             f"#   wandb sweep {out or '<this file>'}; wandb agent <sweep id>\n"
-            + yaml.safe_dump(wandb_spec(name, specs_dir), sort_keys=False, allow_unicode=True, width=120))
+            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=120))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
