@@ -110,16 +110,19 @@ def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
     if unknown := sorted(set(spec) - set(WANDB_KEYS) - set(SPEC_ONLY_KEYS)):
         raise SweepError(f"{path}: unknown key {unknown[0]!r}; a spec has W&B's keys ({', '.join(WANDB_KEYS)}) and "
                          f"{', '.join(SPEC_ONLY_KEYS)}")
+    variants = spec.get("variants") or {}
+    if not isinstance(variants, dict):
+        raise SweepError(f"{path}: variants must map each variant's name to its overrides, got {variants!r}")
     base_path = specs_dir / f"{BASE}.yaml"
     base = _read(base_path) if base_path.is_file() else {}
-    if not isinstance(base, dict):
-        raise SweepError(f"{base_path}: not a mapping of W&B sweep keys")
+    if not isinstance(base, dict) or not isinstance(base.get("parameters", {}), dict):
+        raise SweepError(f"{base_path}: not a mapping of W&B sweep keys with a parameters mapping")
     merged = {**base, **{k: v for k, v in spec.items() if k not in SPEC_ONLY_KEYS}, "name": name}
     params = dict(spec["parameters"])
     params.update({k: p for k, p in (base.get("parameters") or {}).items() if k not in params})
     merged["parameters"] = params
     if variant is not None:
-        merged = apply_variant(merged, stem, variant, (spec.get("variants") or {})[variant])
+        merged = apply_variant(merged, stem, variant, {str(k): v for k, v in variants.items()}[variant])
     check_parameters(merged["parameters"], f"{path}" + (f" variant {variant}" if variant else ""))
     if merged.get("method") != "grid":
         raise SweepError(f"{path}: method is {merged.get('method')!r}; only 'grid' sweeps run here")
@@ -344,12 +347,13 @@ def spec_seeds(spec: dict) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Sweep specs: list the sweep names, or write one sweep's full "
                                                  "W&B spec (sweeps/_base.yaml + its spec + its variant)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="every sweep name, with the spec (and variant) it comes from")
-    w = sub.add_parser("wandb", help="the full W&B spec of a sweep, for `wandb sweep`")
-    w.add_argument("sweep", help="a sweep name, e.g. table3_a or heads_fixed_dk_fp32 (spec heads_fixed_dk, variant fp32)")
+    sub.add_parser("list", parents=[common], help="every sweep name, with the spec (and variant) it comes from")
+    w = sub.add_parser("wandb", parents=[common], help="the full W&B spec of a sweep, for `wandb sweep`")
+    w.add_argument("sweep", help="a sweep, e.g. table3_a or heads_fixed_dk_fp32 (spec heads_fixed_dk, variant fp32)")
     w.add_argument("--out", type=Path, default=None, help="write it here (default: print it)")
-    parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":

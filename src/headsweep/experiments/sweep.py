@@ -47,7 +47,8 @@ from headsweep.experiments.specs import SweepError
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", required=True, help="a sweep: a spec in sweeps/ (table3_a) or a spec's variant (heads_fixed_dk_fp32)")
+    parser.add_argument("--sweep", required=True,
+                        help="a sweep: a spec in sweeps/ (table3_a) or a spec's variant (heads_fixed_dk_fp32)")
     parser.add_argument("--name", default=None,
                         help="the sweep's own name when it is not the spec's (its multirun/ and results/ folders), "
                              "e.g. table3_a_h100 for the spec table3_a run on a GPU")
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--budget", help="a conf/budget option, e.g. ablation (the shipped results') or short")
     parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
     parser.add_argument("--scale", choices=["small", "paper"], default="small",
-                        help="paper: the sweep <sweep>_paper, the spec's variant at the paper's model sizes (for a GPU)")
+                        help="paper: the sweep <sweep>_paper, the spec's variant at the paper's sizes (for a GPU)")
     parser.add_argument("--only", default="",
                         help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'")
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
