@@ -86,6 +86,10 @@ sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(DRY),--dry) $(ARGS)
 
+.PHONY: wandb-spec
+wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `wandb sweep`: make wandb-spec SWEEP=heads_fixed_dk_fp32
+	$(PY) -m headsweep.experiments.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
+
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
 

@@ -1,7 +1,7 @@
 """The budget view (1x vs 2x steps) on fake runs: the 1x cell of the 2x runs' precision is preferred, the change
 in the gap and its p-value are the hand-computed difference of differences, a shrinking gap is called so, and a
-sweep without finished runs stops with one line. (sweeps/heads_budget_2x.yaml composing: test_sweep.py's
-test_every_grid_point_composes.)"""
+sweep without finished runs stops with one line. (heads_budget_2x, sweeps/heads_budget.yaml, composing: test_sweep.py's
+test_every_grid_point_composes_into_the_jobs_it_planned_before_variants.)"""
 
 import numpy as np
 import pytest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
 from headsweep.experiments.cells import Cell
-from headsweep.experiments.specs import SweepError, available, load_spec, spec_seeds, split_parameters
+from headsweep.experiments.specs import SweepError, available, load_spec, spec_seeds, spec_source, split_parameters
 
 
 def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR) -> str | None:
@@ -21,13 +21,13 @@ def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR) -> str | None:
 
 
 def planned_runs(sweep: str, specs_dir: Path = SWEEPS_DIR) -> tuple[str, int, int] | None:
-    """(spec, cells, seeds) the sweep's spec plans, or None where no readable spec is known."""
+    """(where its spec is, cells, seeds) the sweep's spec plans, or None where no readable spec is known."""
     name = spec_of(sweep, specs_dir)
     if name is None:
         return None
     try:
         spec, _ = load_spec(name, specs_dir)
-        return name, len(split_parameters(spec)[1]), len(spec_seeds(spec))
+        return spec_source(name, specs_dir), len(split_parameters(spec)[1]), len(spec_seeds(spec))
     except SweepError:
         return None
 
@@ -40,11 +40,11 @@ def incomplete(sweep: str, cells: list[Cell], specs_dir: Path = SWEEPS_DIR) -> s
     fewer = f"cells with fewer seeds than the others: {', '.join(short)}" if short else ""
     plan = planned_runs(sweep, specs_dir)
     if plan is not None:
-        name, n_cells, n_seeds = plan
+        source, n_cells, n_seeds = plan
         if runs < n_cells * n_seeds:
             missing = f"{n_cells - len(cells)} of its cells not run yet" if len(cells) < n_cells else ""
             said = "; ".join(s for s in (missing, fewer) if s)
-            return (f"**Incomplete: {runs} of {n_cells * n_seeds} planned runs** (`sweeps/{name}.yaml`: {n_cells} "
+            return (f"**Incomplete: {runs} of {n_cells * n_seeds} planned runs** (`{source}`: {n_cells} "
                     f"cells x {n_seeds} seeds){f'; {said}' if said else ''}. Every number below is of the runs here.")
         return None
     return f"**Incomplete:** {fewer}. Every number below is of the runs here." if short else None

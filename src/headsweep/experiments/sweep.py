@@ -3,8 +3,10 @@
     python -m headsweep.experiments.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
                               [--scale paper] [--only 'h1-*,*-s3'] [--dry] [hydra overrides for every job]
 
-The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys
-(so `wandb sweep` + `wandb agent` run the same grid online). Each job (grid cell x seed 1..N) is one
+The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys, merged
+over sweeps/_base.yaml; a sweep named <spec>_<variant> is a spec's variant (heads_fixed_dk_fp32: heads_fixed_dk,
+variant fp32; headsweep.experiments.specs). `make wandb-spec` writes the full spec, so that `wandb sweep` +
+`wandb agent` run the same grid online. Each job (grid cell x seed 1..N) is one
 training run with its own W&B run, named like h8-dk32-dv32-s1, tagged with its row
 and cell, writing to multirun/<sweep>/<run name>/; each finished job's small outputs (results.json,
 hypotheses, metrics CSV, analysis; never checkpoints or W&B files) are exported to results/<sweep>/<run
@@ -45,7 +47,8 @@ from headsweep.experiments.specs import SweepError
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", required=True, help="a spec in sweeps/, e.g. table3_a")
+    parser.add_argument("--sweep", required=True,
+                        help="a sweep: a spec in sweeps/ (table3_a) or a spec's variant (heads_fixed_dk_fp32)")
     parser.add_argument("--name", default=None,
                         help="the sweep's own name when it is not the spec's (its multirun/ and results/ folders), "
                              "e.g. table3_a_h100 for the spec table3_a run on a GPU")
@@ -54,7 +57,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--budget", help="a conf/budget option, e.g. ablation (the shipped results') or short")
     parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
     parser.add_argument("--scale", choices=["small", "paper"], default="small",
-                        help="paper: sweeps/<sweep>_paper.yaml, the paper's model sizes (for a GPU)")
+                        help="paper: the sweep <sweep>_paper, the spec's variant at the paper's sizes (for a GPU)")
     parser.add_argument("--only", default="",
                         help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'")
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
