@@ -93,6 +93,14 @@ def experiment_key(config: dict) -> str:
     return settings_key(saved_settings(config), config.get("seed"))
 
 
+def model_key(config: dict) -> str:
+    """The key of the trained model alone: the experiment's, less the analysis after training. Two
+    experiments that differ only there (adopt_run: one sweep analyses the model another trained) measured
+    one model: a view that pools runs counts it once."""
+    settings = {k: v for k, v in saved_settings(config).items() if k != "analysis" and not k.startswith("analysis.")}
+    return settings_key(settings, config.get("seed"))
+
+
 def flat_key(flat: dict, seed) -> str:
     """The key of a planned job: its flattened settings (planning.compose_cell) and seed."""
     return settings_key(experiment_settings(flat), seed)
@@ -167,8 +175,6 @@ def read_record(run_dir: str | Path) -> Record | None:
         raise CorruptRecord(f"{path}: unreadable {RESULTS} (half-written?): {e}") from None
     if not isinstance(d, dict) or not isinstance(d.get("status"), str):
         raise CorruptRecord(f"{path}: not a run record (no status)")
-    if d["status"] == "complete" and not (isinstance(d.get("config"), dict) and isinstance(d.get("metrics"), dict)):
-        raise CorruptRecord(f"{path}: a complete {RESULTS} without config and metrics")
     if "schema_version" not in d:
         _V1_READ.add(str(path.resolve()))
     return Record.from_dict(d)
@@ -217,12 +223,23 @@ def store_dir(results: Path, key: str) -> Path:
     return Path(results) / RUNS / key
 
 
+_HELD: dict[str, int] = {}  # locks this process holds: taking one again (train, then export) does not wait
+
+
 @contextlib.contextmanager
 def key_lock(results: Path, key: str, wait_note=None):
     """Hold results/runs/.locks/<key>.lock: one process at a time trains, exports or adds a view to this
     experiment; the others wait (wait_note(path) is called once if they do). The OS drops it on exit."""
     path = Path(results) / RUNS / LOCKS / f"{key}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
+    held = str(path.resolve())
+    if _HELD.get(held):
+        _HELD[held] += 1
+        try:
+            yield path
+        finally:
+            _HELD[held] -= 1
+        return
     with open(path, "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -230,7 +247,11 @@ def key_lock(results: Path, key: str, wait_note=None):
             if wait_note:
                 wait_note(path)
             fcntl.flock(f, fcntl.LOCK_EX)
-        yield path
+        _HELD[held] = 1
+        try:
+            yield path
+        finally:
+            _HELD.pop(held, None)
 
 
 def stored_runs(results: Path, on_corrupt=None) -> list[tuple[Path, Record]]:
@@ -293,12 +314,26 @@ def link_view(store: Path, view: Path) -> Path:
     return view
 
 
-def show(results: Path, key: str, sweep: str, job: str, tags: list[str], **extra) -> Path:
-    """The stored experiment `key` as results/<sweep>/<job> (a view), under the key's lock."""
-    store = store_dir(results, key)
-    with key_lock(results, key):
-        add_view(store, sweep, job, tags, **extra)
-        return link_view(store, Path(results) / sweep / job)
+def show(store: Path, view: Path, tags: list[str], **extra) -> Path:
+    """The stored experiment `store` (results/runs/<key>) as `view` = results/<sweep>/<job>, with the
+    sweep's tags for it, under the key's lock."""
+    store, view = Path(store), Path(view)
+    with key_lock(store.parent.parent, store.name):
+        add_view(store, view.parent.name, view.name, tags, **extra)
+        return link_view(store, view)
+
+
+def train_once(results: Path, key: str, view: Path, tags: list[str], train, whole=None, wait_note=None):
+    """(metrics, whether this process trained): under the key's lock, the stored experiment (whole by
+    `whole(store dir)`, if given) is shown as `view`; else `train()` trains and exports it (its metrics)
+    while the lock is held. Of two sweeps that want one key at once, one trains, the other waits, then
+    shows the stored run: never two writers."""
+    with key_lock(results, key, wait_note):
+        stored = find(results, key)
+        if stored is not None and (whole is None or whole(stored)):
+            show(stored, view, tags)
+            return read_record(stored).metrics, False
+        return train(), True
 
 
 def view_of(run_dir: Path) -> tuple[str, str] | None:

@@ -34,6 +34,7 @@ from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.html import page
+from headsweep.store import model_key
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot
 from headsweep.reporting.stats import mean_sd, ols, seed_test
@@ -99,7 +100,7 @@ def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[
             if f.get("model.kv_heads") not in (None, f["model.heads"]):  # shared K/V heads: another question
                 left_out.append(f"{sweep}/{r.dir.name}: model.kv_heads = {f['model.kv_heads']} (not h)")
                 continue
-            same = (*(f[k] for k in SIZES), f.get("trainer.precision"), r.seed)  # a copied run counts once
+            same = model_key(r.results["config"])  # a run shown in several sweeps (or analysed twice) counts once
             if same in seen:
                 left_out.append(f"{sweep}/{r.dir.name}: the same run as {seen[same]}")
                 continue
