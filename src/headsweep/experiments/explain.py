@@ -34,7 +34,7 @@ from headsweep.config import compose
 from headsweep.experiments.cells import ReportError, load_runs
 from headsweep.experiments.specs import flatten_config
 from headsweep.reporting.html import page
-from headsweep.store import model_key
+from headsweep.store import RUNS, model_key
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot
 from headsweep.reporting.stats import mean_sd, ols, seed_test
@@ -328,7 +328,7 @@ def at_the_ablation_budget(root: Path) -> tuple[dict[str, tuple[list, list]], li
     """Every sweep in root whose finished runs trained the ablation budget's steps, as read(), and one line
     naming each other sweep and its steps (the default view: the 2x-budget sweeps are `make budget`'s)."""
     steps = compose(["budget=ablation"]).trainer.max_steps
-    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    names = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != RUNS)  # runs/: the store, no sweep
     keep, other = {}, []
     for name, (runs, unfinished) in read(root, names).items():
         odd = sorted({r.flat["trainer.max_steps"] for r in runs} - {steps})
