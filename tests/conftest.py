@@ -108,4 +108,4 @@ def fake_run(root, sweep, name, seed, bleu, overrides=(), curve="step,val/bleu\n
     (d / "metrics.csv").write_text(curve)
     results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
                "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
-    (d / "results.json").write_text(json.dumps(results))
+    write_results(d, results)

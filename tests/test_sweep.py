@@ -410,16 +410,19 @@ def test_cells_with_unequal_steps_are_refused(tmp_path, capsys, no_launch):
     assert "the cells would train for unequal or unlimited steps" in capsys.readouterr().err
 
 
-def finished_export(sweep: Sweep, job: Job, **changes) -> None:
-    """A complete results/ entry for `job`, trained with the job's own settings unless `changes` says."""
-    from omegaconf import OmegaConf
-
+def job_config(sweep: Sweep, job: Job, **changes) -> dict:
+    """The config `job` records, trained with the job's own settings unless `changes` says."""
     cfg = compose([*sweep.common, *job.overrides, f"run_name={job.name}"])
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
     resolved = OmegaConf.to_container(cfg, resolve=False)
     resolved["module"]["model"] = resolved["model"]
-    stored_run(job.export, {"status": "complete", "config": resolved})
+    return resolved
+
+
+def finished_export(sweep: Sweep, job: Job, **changes) -> None:
+    """A complete results/ entry for `job` (in the store, with its view)."""
+    stored_run(job.export, {"status": "complete", "config": job_config(sweep, job, **changes)})
 
 
 def test_results_folder_counts_as_done_and_must_match(tmp_path, capsys, no_launch):
@@ -448,7 +451,7 @@ def test_killed_job_with_a_checkpoint_resumes_in_place(tmp_path, monkeypatch, ca
 def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch, capsys):
     sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
     job = sweep.jobs[0]
-    fake_results(job.dir)
+    write_results(job.dir, {"status": "complete", "config": job_config(sweep, job)})
     (job.dir / "hypotheses").mkdir()
     (job.dir / "hypotheses" / "test.greedy.en").write_text("a\n")
     (job.dir / "checkpoints").mkdir()
@@ -458,6 +461,7 @@ def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch
     assert is_complete(job.export) and (job.export / "hypotheses" / "test.greedy.en").read_text() == "a\n"
     assert not (job.export / "checkpoints").exists()
     assert json.loads((job.export / "results.json").read_text())["exported_from"] == str(job.dir)
+    assert job.export.is_symlink() and (job.export.parent.parent / os.readlink(job.export)).parent.name == "runs"
 
 
 @pytest.mark.parametrize("path", SPECS, ids=NAMES)

@@ -186,6 +186,8 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
     key's lock; an experiment the store already holds whole is not written again, only shown."""
     run_dir, dest = Path(run_dir), Path(dest)
     results = _complete_results(run_dir, "export")
+    if not isinstance(results.get("config"), dict):
+        raise RunError(f"{run_dir / RESULTS} names no config: its experiment is unknown, nothing to export")
     key = store.experiment_key(results["config"])
     root, sweep, job = dest.parent.parent, dest.parent.name, dest.name
     stored = store.store_dir(root, key)
