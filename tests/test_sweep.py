@@ -29,10 +29,13 @@ SHIPPED = SWEEPS_DIR.parent / "results"
 
 
 def shipped_sweep(results: Path, name: str) -> None:
-    """The shipped results/<name> under `results`, with the store its views link to (once migrated)."""
+    """The shipped results/<name> under `results`, with the store entries its views link to (once migrated),
+    and no other sweep's."""
     (results / name).symlink_to(SHIPPED / name)
-    if (SHIPPED / "runs").is_dir() and not (results / "runs").exists():
-        (results / "runs").symlink_to(SHIPPED / "runs")
+    for view in (SHIPPED / name).iterdir():
+        if view.is_symlink() and not (stored := results / "runs" / Path(os.readlink(view)).name).exists():
+            stored.parent.mkdir(exist_ok=True)
+            stored.symlink_to(view.resolve())
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
