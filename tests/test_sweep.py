@@ -356,6 +356,11 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     assert cfg["tags"] == ["smoke", "row-E", "cell-h4-dk8-dv8-pos-learned"]
     assert cfg["logger"]["wandb"]["group"] == cfg["cell"] == "h4-dk8-dv8-pos-learned"  # the cell's seeds aggregate
     assert list((tmp_path / "multirun" / "table3_e" / "h4-dk8-dv8-pos-learned-s1" / "wandb").glob("offline-run-*"))
+    # exported into the store, each job a view: results/table3_e/<job> -> ../runs/<key>, its record schema 2
+    view = tmp_path / "results" / "table3_e" / "h4-dk8-dv8-pos-learned-s1"
+    assert view.is_symlink() and os.readlink(view).startswith("../runs/")
+    assert seen(view)["schema_version"] == 2 and seen(view)["views"] == [
+        {"sweep": "table3_e", "job": view.name, "tags": cfg["tags"]}]
 
     paths = write_report("table3_e", tmp_path / "multirun", tmp_path / "reports", n_samples=100)
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
