@@ -4,7 +4,6 @@ analysis read; a test that writes into a run takes a copy (`copy_run_dir`); a fi
 without any training (`fake_run`), for the cross-sweep views. Hand-built records go through the typed
 record (`write_results`), and into the store with a view (`stored_run`), as exports do."""
 
-import json
 import os
 import shutil
 from pathlib import Path

@@ -2,7 +2,6 @@
 the two phases' plans, the choice from synthetic results, seed 1 reused, bad input, the dry listing, the
 report's section. No training: the launcher is faked as in test_sweep.py."""
 
-import json
 import math
 import subprocess
 

@@ -192,3 +192,14 @@ def test_a_view_of_the_old_layout_is_never_replaced(tmp_path):
     (results / "a" / "h8-s1").mkdir(parents=True)  # a run directory of the old layout
     with pytest.raises(store.StoreError, match="a directory of the old layout: run `python -m headsweep.store migrate"):
         export_run(run_dir, results / "a" / "h8-s1")
+
+
+def test_a_relative_data_dir_not_on_this_machine_reads_the_configured_corpus(tmp_path, monkeypatch):
+    """A migrated record names its corpus relative to the checkout it trained in (.data/multi30k on a GPU
+    machine): where that is not here, the report reads the references from this checkout's corpus."""
+    from headsweep.experiments.significance import configured_data_dir, run_data_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert run_data_dir({"dir": ".data/not-here"}) == configured_data_dir()
+    (tmp_path / "here").mkdir()
+    assert run_data_dir({"dir": "here"}) == Path("here")  # a directory that is there is the run's own

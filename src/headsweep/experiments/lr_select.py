@@ -30,16 +30,16 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from headsweep import store
 from headsweep.config import SWEEPS_DIR
 from headsweep.experiments import launch, planning
+from headsweep.experiments.cells import as_seen
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.experiments.reuse import find_reuse, finished_runs
 from headsweep.experiments.specs import SweepError, load_spec, split_parameters
 from headsweep.experiments.sweep_settings import shared_overrides
-from headsweep.training.runs import RESULTS, is_complete, read_results, write_json
-from headsweep import store
-from headsweep.experiments.cells import as_seen
 from headsweep.store import read_record, write_record
+from headsweep.training.runs import RESULTS, is_complete, read_results
 
 LR_KEY = "module.peak_lr"
 SELECT_ON = "val/loss"  # results.json metrics: the final weights' loss on data.val_split
