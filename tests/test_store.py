@@ -58,6 +58,7 @@ def test_records_round_trip_and_old_or_corrupt_ones_are_said(tmp_path):
     store._V1_READ.clear()
     assert store.read_record(old).schema_version == 1
     assert store.schema_note().startswith("1 records of schema 1 read as version 1")
+    assert store.schema_note() is None  # said once
     half = tmp_path / "half"
     half.mkdir()
     (half / "results.json").write_text('{"status": "compl')

@@ -188,11 +188,13 @@ def write_record(run_dir: str | Path, record: Record) -> Path:
 
 
 def schema_note() -> str | None:
-    """One line, once per report: how many records of schema 1 (before the store) were read as such."""
+    """One line, once per report: how many records of schema 1 (before the store) were read as such since
+    the last note."""
     if not _V1_READ:
         return None
-    return (f"{len(_V1_READ)} records of schema 1 read as version 1 (run `python -m headsweep.store migrate` to "
-            f"move them into the store)")
+    n = len(_V1_READ)
+    _V1_READ.clear()
+    return f"{n} records of schema 1 read as version 1 (run `python -m headsweep.store migrate` to move them into the store)"
 
 
 # -- paths in a record --------------------------------------------------------------------------------------

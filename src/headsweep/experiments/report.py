@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     paths += write_index(args.out, args.root)
     print("wrote " + ", ".join(str(p) for p in paths))
     if note := schema_note():
-        print(note, file=sys.stderr)
+        print(note)
     return 0
 
 
