@@ -1,9 +1,9 @@
 """What the tests share: where the Multi30k files are, the overrides of a tiny training run, and one such
 run trained once for the whole test session (`tiny_run`), which the tests of training, evaluation and
 analysis read; a test that writes into a run takes a copy (`copy_run_dir`); a finished run's files
-without any training (`fake_run`), for the cross-sweep views."""
+without any training (`fake_run`), for the cross-sweep views. Hand-built records go through the typed
+record (`write_results`), and into the store with a view (`stored_run`), as exports do."""
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from headsweep.config import register_resolvers
+from headsweep.store import SCHEMA_VERSION, Record, experiment_key, read_record, show, store_dir, write_record
 
 # ../shared beside the checkout, or where HEADSWEEP_DATA points (a GPU machine gets the files inside the checkout)
 DATA = Path(os.environ.get("HEADSWEEP_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
@@ -57,6 +58,29 @@ def copy_run_dir(run: Path, dest: Path) -> Path:
     return dest
 
 
+def write_results(run_dir: Path, results: dict) -> Path:
+    """A hand-built results.json in run_dir, through the typed record (store.write_record)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return write_record(run_dir, Record.from_dict(results, version=results.get("schema_version", SCHEMA_VERSION)))
+
+
+def stored_run(view: Path, results: dict) -> Path:
+    """A finished run as an export leaves it: the record in results/runs/<key>/ and `view` =
+    results/<sweep>/<job> linking to it, the view's tags the config's. The store dir."""
+    stored = store_dir(view.parent.parent, experiment_key(results["config"]))
+    if read_record(stored) is None:
+        write_results(stored, results)
+    show(stored, view, list(results["config"].get("tags") or []))
+    return stored
+
+
+def seen(view: Path) -> dict:
+    """A view's record as the report reads it (its sweep and tags: cells.as_seen)."""
+    from headsweep.experiments.cells import as_seen
+
+    return as_seen(read_record(view), view.parent.name, view.name)
+
+
 @pytest.fixture
 def bf16_cpu(monkeypatch):
     """Plan the shipped bf16 sweeps as on a CPU with bf16 units: a test that reads their plan would otherwise
@@ -83,4 +107,4 @@ def fake_run(root, sweep, name, seed, bleu, overrides=(), curve="step,val/bleu\n
     (d / "metrics.csv").write_text(curve)
     results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
                "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
-    (d / "results.json").write_text(json.dumps(results))
+    write_results(d, results)

@@ -16,7 +16,7 @@ from headsweep.training import averaging
 from headsweep.training.averaging import average_state_dicts
 from headsweep.training.runs import load_datamodule, load_module, load_run
 
-from conftest import DATA, copy_run_dir
+from conftest import DATA, copy_run_dir, write_results
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 N_EVAL = 40  # data.limit_eval: sentences in val and test
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
@@ -172,7 +172,7 @@ def _vocabulary_mismatch(run: Path, tmp_path: Path) -> list[str]:
     shutil.copy(run / "checkpoints" / "last.ckpt", other / "checkpoints" / "last.ckpt")
     r = results(run)
     r["config"]["data"]["vocab_size"] = 250
-    (other / "results.json").write_text(json.dumps(r))
+    write_results(other, r)
     return ["--ckpt", str(other)]
 
 

@@ -2,7 +2,6 @@
 the two phases' plans, the choice from synthetic results, seed 1 reused, bad input, the dry listing, the
 report's section. No training: the launcher is faked as in test_sweep.py."""
 
-import json
 import math
 import subprocess
 
@@ -15,7 +14,7 @@ from headsweep.experiments.jobs import Job
 from headsweep.experiments.report import write_report
 from headsweep.training.runs import is_complete
 
-from conftest import fake_run, needs_data, tiny_overrides
+from conftest import fake_run, needs_data, seen, stored_run, tiny_overrides, write_results
 
 TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 
@@ -40,9 +39,11 @@ def finish(lr, job, val_loss, test_loss=2.0):
     cfg = compose([*lr.grid_sweep.common, *job.overrides, f"run_name={job.name}", f"tags=[{','.join(job.tags)}]"])
     config = OmegaConf.to_container(cfg, resolve=False)
     config["module"]["model"] = config["model"]
-    job.export.mkdir(parents=True)
-    (job.export / "results.json").write_text(json.dumps({
-        "status": "complete", "config": config, "metrics": {"val/loss": val_loss, "test/loss": test_loss}}))
+    record = {"status": "complete", "config": config, "metrics": {"val/loss": val_loss, "test/loss": test_loss}}
+    if job.export.parent.parent.name == "results":  # an export: into the store, with its view
+        stored_run(job.export, record)
+    else:  # the run directory
+        write_results(job.export, record)
 
 
 def grid_losses(lr, losses: dict[str, list[float]], **kw):
@@ -161,7 +162,7 @@ def test_dry_lists_both_phases_and_runs_nothing(tmp_path, capsys, no_launch):
     lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
     assert [l[:2] for l in lines if l[0] == "done"] == [["done", f"{c}-lr{v}-s1"] for c in CELLS
                                                           for v in ("0.0005", "0.001", "0.002")]
-    assert [l[:2] for l in lines if l[0] == "copy"] == [["copy", f"{c}-s1"] for c in CELLS]
+    assert [l[:2] for l in lines if l[0] == "shared"] == [["shared", f"{c}-s1"] for c in CELLS]
     assert [l[2] for l in lines if l[:2] == ["to", "run"]] == [f"{c}-s2" for c in CELLS]
     assert f"{CELLS[0]}: chosen module.peak_lr=0.001 (val/loss 0.0005: 2.4000, 0.001: 2.3100, 0.002: 2.3500" in out
     assert not (tmp_path / "mr").exists() and not (tmp_path / "results" / "table3_e" / f"{CELLS[0]}-s1").exists()
@@ -187,13 +188,13 @@ def test_one_command_runs_both_phases_then_nothing(tmp_path, monkeypatch, capsys
     assert LR.run_lr(lr) == 0
     assert launched == [[j.name for j in lr.grid_sweep.jobs], [f"{c}-s2" for c in CELLS]]  # seed 1: not retrained
     results = tmp_path / "results" / "table3_e"
-    copied = json.loads((results / f"{CELLS[1]}-s1" / "results.json").read_text())
+    copied = seen(results / f"{CELLS[1]}-s1")
     assert copied["shared_from"]["run"] == f"table3_e/{CELLS[1]}-lr0.002-s1"
     assert copied["config"]["lr_select"]["phase"] == "chosen" and copied["config"]["lr_select"]["chosen"] == 2e-3
     assert copied["config"]["module"]["peak_lr"] == 2e-3 and f"cell-{CELLS[1]}" in copied["config"]["tags"]
-    trained = json.loads((results / f"{CELLS[0]}-s2" / "results.json").read_text())
+    trained = seen(results / f"{CELLS[0]}-s2")
     assert trained["config"]["lr_select"]["chosen"] == 1e-3 and trained["config"]["module"]["peak_lr"] == 1e-3
-    grid_run = json.loads((results / f"{CELLS[0]}-lr0.001-s1" / "results.json").read_text())
+    grid_run = seen(results / f"{CELLS[0]}-lr0.001-s1")
     assert grid_run["config"]["lr_select"] == {"phase": "grid", "grid": GRID, "select_on": "val/loss"}
     assert all(is_complete(results / n) for n in [*losses, *(f"{c}-s{s}" for c in CELLS for s in (1, 2))])
     out = capsys.readouterr().out
@@ -249,7 +250,7 @@ def test_tiny_lr_grid_end_to_end(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "2 done, 0 skipped" in out and "1 done, 1 skipped" in out  # phase 2: seed 1 copied, not trained
     results = tmp_path / "results" / "table3_e"
-    runs = {p.name: json.loads((p / "results.json").read_text()) for p in results.glob("h*")}
+    runs = {p.name: seen(p) for p in results.glob("h*")}
     assert set(runs) == {f"{cell}-lr0.001-s1", f"{cell}-lr0.002-s1", f"{cell}-s1", f"{cell}-s2"}
     losses = {v: runs[f"{cell}-lr{v:g}-s1"]["metrics"]["val/loss"] for v in (1e-3, 2e-3)}
     best = min(losses, key=losses.get)

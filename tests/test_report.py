@@ -13,6 +13,7 @@ from sacrebleu.significance import PairedTest
 
 from headsweep.experiments import report as R
 from headsweep.config import compose
+from conftest import write_results
 
 REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
         "a woman sings on a stage .", "children are running on the beach .",
@@ -49,7 +50,7 @@ def make_run(root: Path, data_dir: Path, h: int, seed: int, bleu: float, hyps: l
         "metrics": {"test/bleu": bleu, "test/chrf": 50.0 + bleu, "val/bleu": bleu - 1, "val/ppl": 10.0 - bleu / 10,
                     "test/ppl": 9.0, "train/steps": 700 if h == 2 else 800},  # h2 hit trainer.max_time
     }
-    (run / "results.json").write_text(json.dumps(results))
+    write_results(run, results)
     (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")  # no validation rows
     return run
 
@@ -68,7 +69,7 @@ def sweep_dir(tmp_path):
     (killed / ".hydra").mkdir(parents=True)  # a job killed before it wrote results.json
     failed = root / "table3_a" / "h32-dk8-dv8-s1"
     failed.mkdir()
-    (failed / "results.json").write_text(json.dumps({"status": "failed", "error": "DataError: bad"}))
+    write_results(failed, {"status": "failed", "error": "DataError: bad"})
     return root
 
 
@@ -284,7 +285,7 @@ def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_
         cfg["callbacks"]["checkpoint"]["every_n_train_steps"] = 7
         cfg["tags"] = ["cell-h8-dk32-dv32-head_dropout0.1"]
         results["hypotheses"]["test.beam"] = str(moved / "hypotheses" / "test.beam.en")
-        (moved / "results.json").write_text(json.dumps(results))
+        write_results(moved, results)
     (root / "hd").rmdir()
     runs, _ = R.load_runs(root)
     cells = R.group_cells(runs)
@@ -386,7 +387,7 @@ def make_sized_run(root: Path, data_dir: Path, d_model: int, h: int, seed: int, 
                "hypotheses": {"test.beam": str(hyp)},
                "metrics": {"test/bleu": bleu, "test/chrf": 50.0, "val/bleu": bleu, "val/ppl": 9.0, "test/ppl": 9.0,
                            "train/steps": cfg.trainer.max_steps}}
-    (run / "results.json").write_text(json.dumps(results))
+    write_results(run, results)
     (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")
 
 
@@ -439,7 +440,7 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
             results.pop("machine", None)
             if machine:
                 results["machine"] = machine
-            (run / "results.json").write_text(json.dumps(results))
+            write_results(run, results)
         return R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=20)[0].read_text()
 
     assert len(runs) == 5

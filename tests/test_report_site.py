@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_compare import analysis
+from conftest import write_results
 from test_report import CELLS, REFS, make_run, write_curve
 
 from headsweep.experiments import report as R
@@ -35,7 +36,7 @@ def table3_a(root: Path, data: Path) -> Path:
 def edit_results(run: Path, change) -> None:
     results = json.loads((run / "results.json").read_text())
     change(results)
-    (run / "results.json").write_text(json.dumps(results))
+    write_results(run, results)
 
 
 def heads_specialise(root: Path, data: Path) -> Path:

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from headsweep.experiments.specs import format_value
 from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
 from headsweep.training.runs import is_complete
 
-from conftest import needs_data, tiny_overrides
+from conftest import needs_data, seen, stored_run, tiny_overrides, write_results
 SPECS = sorted(p for p in SWEEPS_DIR.glob("*.yaml") if not p.stem.startswith("_"))  # the spec files
 NAMES = SP.available()  # every sweep: each spec and each of its variants (<spec>_<variant>)
 # The top-level keys of a W&B sweep spec (docs.wandb.ai, "Sweep configuration options").
@@ -25,6 +26,19 @@ WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "
 # Every sweep's jobs as `make sweep SWEEP=<name> DRY=1` planned them from one file per sweep, before the specs had
 # a base and variants (seed 1's names and overrides, the overrides common to every job, the seeds).
 FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").read_text())
+
+
+SHIPPED = SWEEPS_DIR.parent / "results"
+
+
+def shipped_sweep(results: Path, name: str) -> None:
+    """The shipped results/<name> under `results`, with the store entries its views link to (once migrated),
+    and no other sweep's."""
+    (results / name).symlink_to(SHIPPED / name)
+    for view in (SHIPPED / name).iterdir():
+        if view.is_symlink() and not (stored := results / "runs" / Path(os.readlink(view)).name).exists():
+            stored.parent.mkdir(exist_ok=True)
+            stored.symlink_to(view.resolve())
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
@@ -80,15 +94,14 @@ def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3
     # sweep's base, so only h = 16 / 32 train
     results = tmp_path / "results"
     results.mkdir()
-    (results / "table3_a").symlink_to(Path("results/table3_a").resolve())
+    shipped_sweep(results, "table3_a")
     sweep = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert "trainer.precision=32-true" in sweep.common
     base = [j for j in sweep.jobs if j.base]
-    assert [(j.same_as.parent.name, j.same_as.name) for j in base] == \
-        [("table3_a", f"h8-dk32-dv32-s{s}") for s in (1, 2, 3)]
+    assert [j.same_as.resolve() for j in base] == [(SHIPPED / "table3_a" / f"h8-dk32-dv32-s{s}").resolve() for s in (1, 2, 3)]
     assert {j.cell for j in sweep.jobs if not j.base} == {"h16-dk32-dv32", "h32-dk32-dv32"}
     # with its own finished (fp32) jobs beside it, the spec's precision is not set a second time
-    (results / "heads_fixed_dk_fp32").symlink_to(Path("results/heads_fixed_dk_fp32").resolve())
+    shipped_sweep(results, "heads_fixed_dk_fp32")
     resumed = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert resumed.common.count("trainer.precision=32-true") == 1 and any(j.done for j in resumed.jobs)
 
@@ -108,11 +121,11 @@ def test_heads_by_width_512_fp32_is_row_a_at_d_model_512_in_fp32_at_the_width_sc
 def test_heads_fixed_dk_fp32_lr_cuts_the_peak_by_the_attention_width_and_copies_its_base(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    (results / "table3_a").symlink_to(Path("results/table3_a").resolve())
+    shipped_sweep(results, "table3_a")
     sweep = P.plan("heads_fixed_dk_fp32_lr", seeds=1, budget="ablation", root=tmp_path, results=results)
     lr = {j.cell: float(dict(o.split("=", 1) for o in j.overrides)["module.peak_lr"]) for j in sweep.jobs}
     assert lr == pytest.approx({"h8-dk32-dv32": 2e-3, "h16-dk32-dv32": 1e-3, "h32-dk32-dv32": 5e-4})  # 2e-3·256/(h·32)
-    assert (sweep.jobs[0].same_as.parent.name, sweep.jobs[0].same_as.name) == ("table3_a", "h8-dk32-dv32-s1")
+    assert sweep.jobs[0].same_as.resolve() == (SHIPPED / "table3_a" / "h8-dk32-dv32-s1").resolve()
     assert sweep.jobs[2].same_as is None
     cfg = compose([*sweep.common, *sweep.jobs[2].overrides])
     assert cfg.module.peak_lr == pytest.approx(5e-4) and cfg.model.heads == 32
@@ -366,8 +379,7 @@ def test_bad_override_stops_before_any_job(tmp_path, capsys, no_launch):
 
 
 def fake_results(run_dir: Path, status: str = "complete") -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "results.json").write_text(json.dumps({"status": status, "error": "boom"}))
+    write_results(run_dir, {"status": status, "error": "boom"})
 
 
 def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_launch):
@@ -490,6 +502,11 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     assert cfg["tags"] == ["smoke", "row-E", "cell-h4-dk8-dv8-pos-learned"]
     assert cfg["logger"]["wandb"]["group"] == cfg["cell"] == "h4-dk8-dv8-pos-learned"  # the cell's seeds aggregate
     assert list((tmp_path / "multirun" / "table3_e" / "h4-dk8-dv8-pos-learned-s1" / "wandb").glob("offline-run-*"))
+    # exported into the store, each job a view: results/table3_e/<job> -> ../runs/<key>, its record schema 2
+    view = tmp_path / "results" / "table3_e" / "h4-dk8-dv8-pos-learned-s1"
+    assert view.is_symlink() and os.readlink(view).startswith("../runs/")
+    assert seen(view)["schema_version"] == 2 and seen(view)["views"] == [
+        {"sweep": "table3_e", "job": view.name, "tags": cfg["tags"]}]
 
     paths = write_report("table3_e", tmp_path / "multirun", tmp_path / "reports", n_samples=100)
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
@@ -547,17 +564,19 @@ def test_cells_with_unequal_steps_are_refused(tmp_path, capsys, no_launch):
     assert "the cells would train for unequal or unlimited steps" in capsys.readouterr().err
 
 
-def finished_export(sweep: Sweep, job: Job, **changes) -> None:
-    """A complete results/ entry for `job`, trained with the job's own settings unless `changes` says."""
-    from omegaconf import OmegaConf
-
+def job_config(sweep: Sweep, job: Job, **changes) -> dict:
+    """The config `job` records, trained with the job's own settings unless `changes` says."""
     cfg = compose([*sweep.common, *job.overrides, f"run_name={job.name}"])
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
-    job.export.mkdir(parents=True)
     resolved = OmegaConf.to_container(cfg, resolve=False)
     resolved["module"]["model"] = resolved["model"]
-    (job.export / "results.json").write_text(json.dumps({"status": "complete", "config": resolved}))
+    return resolved
+
+
+def finished_export(sweep: Sweep, job: Job, **changes) -> None:
+    """A complete results/ entry for `job` (in the store, with its view)."""
+    stored_run(job.export, {"status": "complete", "config": job_config(sweep, job, **changes)})
 
 
 def test_results_folder_counts_as_done_and_must_match(tmp_path, capsys, no_launch):
@@ -586,7 +605,7 @@ def test_killed_job_with_a_checkpoint_resumes_in_place(tmp_path, monkeypatch, ca
 def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch, capsys):
     sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
     job = sweep.jobs[0]
-    fake_results(job.dir)
+    write_results(job.dir, {"status": "complete", "config": job_config(sweep, job)})
     (job.dir / "hypotheses").mkdir()
     (job.dir / "hypotheses" / "test.greedy.en").write_text("a\n")
     (job.dir / "checkpoints").mkdir()
@@ -596,6 +615,7 @@ def test_jobs_finished_in_their_run_directory_are_exported(tmp_path, monkeypatch
     assert is_complete(job.export) and (job.export / "hypotheses" / "test.greedy.en").read_text() == "a\n"
     assert not (job.export / "checkpoints").exists()
     assert json.loads((job.export / "results.json").read_text())["exported_from"] == str(job.dir)
+    assert job.export.is_symlink() and (job.export.parent.parent / os.readlink(job.export)).parent.name == "runs"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -624,26 +644,31 @@ def test_local_jobs_are_the_wandb_grid(name, tmp_path):
     assert len(P.plan(name, seeds=1, root=tmp_path).jobs) == len(grid) // 3  # SEEDS=1 overrides
 
 
-def test_a_run_another_sweep_already_made_is_copied_not_trained(tmp_path, monkeypatch, capsys):
+def test_a_run_another_sweep_already_made_is_shown_not_copied_nor_trained(tmp_path, monkeypatch, capsys):
     """Table 3's base row is one experiment in rows A and B: h8 of table3_a (d_k = d_v = d_model/h = 32
-    by default) is table3_b's base (d_k = d_v = 32 set), seed for seed."""
+    by default) is table3_b's base (d_k = d_v = 32 set), seed for seed: one run in the store, two views."""
     results = tmp_path / "results"
     a = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     finished_export(a, a.jobs[0])
     (a.jobs[0].export / "metrics.csv").write_text("step,val/bleu\n1150,30.0\n")
     finished_export(a, a.jobs[1])  # h1: like no job of table3_b
     b = P.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1)
-    assert [j.same_as for j in b.jobs] == [a.jobs[0].export, None, None, None, None, None]  # seed 2: not run
+    assert [j.same_as and j.same_as.resolve() for j in b.jobs] == [a.jobs[0].export.resolve(), None, None, None, None,
+                                                                   None]  # seed 2: not run
     other_steps = P.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
     assert other_steps.jobs[0].same_as is None
     # heads_specialise's h8, head dropout 0 trains the same model but is analysed after training: not a copy
     assert P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results).jobs[0].same_as is None
     assert L.run(b, dry=True) == 0
     dry = capsys.readouterr().out
-    assert f"copy    {b.jobs[0].name}" in dry and f"+sweep_job={b.jobs[1].name}," in dry
+    assert f"shared  {b.jobs[0].name}" in dry and f"+sweep_job={b.jobs[1].name}," in dry
     monkeypatch.setattr(L.subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(cmd, 0))
     L.run(b)
-    copied = json.loads((b.jobs[0].export / "results.json").read_text())
+    view = b.jobs[0].export
+    assert view.is_symlink() and os.readlink(view) == os.readlink(a.jobs[0].export)  # ../runs/<key>: one run
+    assert sorted(p.name for p in (results / "runs").iterdir() if not p.name.startswith(".")) == sorted(
+        os.readlink(j.export).split("/")[-1] for j in a.jobs[:2])  # h8 and h1, each stored once
+    copied = seen(view)
     assert copied["status"] == "complete" and copied["config"]["sweep"] == "table3_b"
     assert "row-B" in copied["config"]["tags"] and "base" in copied["config"]["tags"]
     assert copied["shared_from"]["run"] == f"table3_a/{a.jobs[0].name}" and copied["shared_from"]["sweep"] == "table3_a"
@@ -665,7 +690,7 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
     saved = json.loads((h8.export / "results.json").read_text())
     saved |= {"output_dir": str(h8.dir), "checkpoints": {"last": str(h8.dir / "checkpoints" / "last.ckpt")}}
     for d in (h8.dir, h8.export):
-        (d / "results.json").write_text(json.dumps(saved))
+        write_results(d, saved)
 
     ckpt = h8.dir / "checkpoints" / "last.ckpt"
     ckpt.rename(ckpt.with_suffix(".away"))  # no checkpoint here (results/ cloned on another machine): it trains
@@ -673,7 +698,8 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
     ckpt.with_suffix(".away").rename(ckpt)
     hs = P.plan("heads_specialise", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     job = hs.jobs[0]
-    assert [j.trained_as for j in hs.jobs] == [h8.export, None, None] and job.same_as is None
+    assert [j.trained_as and j.trained_as.resolve() for j in hs.jobs] == [h8.export.resolve(), None, None]
+    assert job.same_as is None
     assert L.run(hs, dry=True) == 0
     assert f"reuse   {job.name}" in capsys.readouterr().out and not job.dir.exists()
     launched = []

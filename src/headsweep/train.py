@@ -27,6 +27,7 @@ from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.training.checks import ConfigError, check_config, check_devices
 from headsweep.training.schema import SCHEMA, unknown_key
+from headsweep.store import experiment_key, train_once
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
 from headsweep.training.train import train
 
@@ -35,9 +36,25 @@ register_resolvers()
 
 
 def run(cfg: DictConfig) -> dict:
-    """Train (or find the finished run), then analyse and export it."""
+    """Train (or find the finished run), then analyse and export it. With export_dir (a sweep's job), under
+    the lock of its experiment in the store: of two sweeps that want one experiment at once, one trains and
+    exports it, the other waits and then shows the stored run as its own job (store.show)."""
     # the analysis settings are checked before anything is read or trained, like every other config value
     settings = AnalysisSettings(**OmegaConf.to_container(cfg.analysis, resolve=True)) if cfg.get("analysis") else None
+    if not cfg.get("export_dir"):
+        return train_and_export(cfg, settings)
+    view = Path(cfg.export_dir)
+    key = experiment_key(OmegaConf.to_container(cfg, resolve=True))
+    metrics, trained = train_once(
+        view.parent.parent, key, view, list(cfg.get("tags") or []), lambda: train_and_export(cfg, settings),
+        whole=lambda stored: not settings or (stored / "analysis" / "analysis.json").is_file(),
+        wait_note=lambda lock: print(f"  waiting for {lock}: another sweep trains this experiment", flush=True))
+    if not trained:
+        print(f"  the store holds this experiment ({key}): shown as {view}, not trained again", flush=True)
+    return metrics
+
+
+def train_and_export(cfg: DictConfig, settings: AnalysisSettings | None) -> dict:
     metrics = train(cfg)
     out_dir = Path(cfg.paths.output_dir)
     if rank_zero_only.rank != 0 or not is_complete(out_dir):  # rank 0 alone writes the run's files

@@ -21,14 +21,14 @@ from pathlib import Path
 from headsweep.experiments.cells import Cell, ReportError, group_cells, load_runs
 from headsweep.experiments.report_plots import cell_curve
 from headsweep.experiments.report_table import display, fmt
-from headsweep.experiments.reuse import settings_diff
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
+from headsweep.store import settings_diff
 
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran
-# in fp32 and bf16-mixed). trainer.max_time is no experiment setting (reuse.EXPERIMENT_KEYS) at all.
+# in fp32 and bf16-mixed). trainer.max_time is no experiment setting (store.EXPERIMENT_KEYS) at all.
 BUDGET_KEYS = ("trainer.max_steps", "trainer.precision")
 # where the 1x cells are looked for unless --against names sweeps: those of these that results/ holds
 DEFAULT_AGAINST = ("heads_budget_1x", "table3_a", "table3_b", "heads_fixed_dk")
@@ -66,7 +66,7 @@ def load(root: Path, sweep: str, hint: str) -> tuple[list[Cell], list[str]]:
 
 
 def same_but_budget(cell: Cell, other: Cell) -> bool:
-    """The same experiment (reuse's comparison of settings) at another number of steps, precision aside."""
+    """The same experiment (the store's comparison of settings) at another number of steps, precision aside."""
     diff = settings_diff(other.runs[0].results["config"], cell.runs[0].flat, other.runs[0].seed)[0]
     return steps(other) != steps(cell) and all(k in ("seed", *BUDGET_KEYS) for k in diff)
 

@@ -5,7 +5,6 @@ whose files are missing or from another sweep is left out, with why."""
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,9 +12,8 @@ from omegaconf import OmegaConf
 
 from headsweep.experiments.specs import flatten_config, follows_heads
 from headsweep.experiments.paper import COLUMNS
-from headsweep.experiments.reuse import NOT_EXPERIMENT
+from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, Record, read_record
 from headsweep.training.checks import default_cell
-from headsweep.training.runs import RESULTS, read_results
 
 
 class ReportError(ValueError):
@@ -49,14 +47,16 @@ class Cell:
 def load_runs(sweep_dir: Path, sweep: str | None = None) -> tuple[list[Run], list[tuple[Path, str]]]:
     """The usable runs (in name order) and the others, each with why it is left out: not finished, an
     unreadable or half-written results.json, a run of another sweep (when `sweep` is given), or files the
-    report needs that are missing. Reads only; nothing under sweep_dir is written."""
+    report needs that are missing. Reads only; nothing under sweep_dir is written. A run of the store is seen
+    through its view: this sweep's job name and tags for it (a run two sweeps share is one run, two views)."""
     runs, left_out = [], []
     for d in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
-            results = read_results(d)
-        except (OSError, json.JSONDecodeError) as e:
-            left_out.append((d, f"unreadable {RESULTS} (half-written?): {e}"))
+            record = read_record(d)
+        except (OSError, CorruptRecord) as e:
+            left_out.append((d, str(e).split(": ", 1)[-1] if str(e).startswith(str(d)) else str(e)))
             continue
+        results = as_seen(record, sweep_dir.name, d.name) if record is not None else None
         if results is None:
             left_out.append((d, f"no {RESULTS} (running, killed or crashed)"))
             continue
@@ -75,6 +75,22 @@ def load_runs(sweep_dir: Path, sweep: str | None = None) -> tuple[list[Run], lis
     return runs, left_out
 
 
+def as_seen(record: Record, sweep: str, job: str) -> dict:
+    """The record as this view shows it: the view's sweep and tags in its config (what the run of a sweep
+    that shares it was tagged with there), and the first view it was shown in as `shared_from`."""
+    results = record.as_dict()
+    view = record.view(sweep, job)
+    if view is None:
+        return results
+    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
+                         **({"lr_select": view["lr_select"]} if "lr_select" in view else {})}
+    first = record.views[0]
+    if first is not view and "shared_from" not in results:
+        results["shared_from"] = {"run": f"{first['sweep']}/{first['job']}", "sweep": first["sweep"],
+                                  "tags": first.get("tags")}
+    return results
+
+
 def as_run(d: Path, results: dict) -> Run:
     cfg = results["config"]
     tags = cfg.get("tags") or []
@@ -86,7 +102,7 @@ def as_run(d: Path, results: dict) -> Run:
 
 def problem(run: Run, sweep: str | None) -> str | None:
     """Why a finished run cannot be compared with the others, in a few words; None when it can."""
-    # the config's sweep: a run copied from another sweep (copy_run, adopt_run) has the new sweep's there
+    # the config's sweep: a view of a shared run (as_seen) or an adopted run (adopt_run) has the new sweep's there
     theirs = run.results["config"].get("sweep") or run.results.get("sweep")
     if sweep is not None and theirs is not None and theirs != sweep:
         return f"a run of sweep '{theirs}' (the config in its {RESULTS}), not of {sweep}"
@@ -128,7 +144,7 @@ def varied_keys(cells: list[Cell]) -> list[str]:
     keys = []
     every = set.intersection(*(set(r.flat) for c in cells for r in c.runs))
     for k in cells[0].runs[0].flat:
-        # where the data come from is no setting (reuse.NOT_EXPERIMENT); a key that only newer runs record and
+        # where the data come from is no setting (store.NOT_EXPERIMENT); a key that only newer runs record and
         # flatten_config has no old behaviour for is not one either (a copied older run has none of it)
         if k.startswith(BOOKKEEPING) or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT or k not in every or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs) \
                 or follows_heads(k, [r.flat for c in cells for r in c.runs]):

@@ -38,6 +38,7 @@ from headsweep.reporting.markdown import figure as md_figure
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
+from headsweep.store import RUNS, model_key
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
@@ -100,7 +101,7 @@ def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[
             if f.get("model.kv_heads") not in (None, f["model.heads"]):  # shared K/V heads: another question
                 left_out.append(f"{sweep}/{r.dir.name}: model.kv_heads = {f['model.kv_heads']} (not h)")
                 continue
-            same = (*(f[k] for k in SIZES), f.get("trainer.precision"), r.seed)  # a copied run counts once
+            same = model_key(r.results["config"])  # a run shown in several sweeps (or analysed twice) counts once
             if same in seen:
                 left_out.append(f"{sweep}/{r.dir.name}: the same run as {seen[same]}")
                 continue
@@ -327,7 +328,7 @@ def at_the_ablation_budget(root: Path) -> tuple[dict[str, tuple[list, list]], li
     """Every sweep in root whose finished runs trained the ablation budget's steps, as read(), and one line
     naming each other sweep and its steps (the default view: the 2x-budget sweeps are `make budget`'s)."""
     steps = compose(["budget=ablation"]).trainer.max_steps
-    names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    names = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != RUNS)  # runs/: the store, no sweep
     keep, other = {}, []
     for name, (runs, unfinished) in read(root, names).items():
         odd = sorted({r.flat["trainer.max_steps"] for r in runs} - {steps})

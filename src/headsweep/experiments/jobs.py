@@ -19,8 +19,8 @@ class Job:
     tags: list[str]
     dir: Path
     base: bool = False
-    export: Path | None = None  # results/<sweep>/<run name>: where the finished job's outputs go
-    same_as: Path | None = None  # a finished run of another sweep with this job's settings and seed
+    export: Path | None = None  # results/<sweep>/<run name>: the job's view of its run in the store
+    same_as: Path | None = None  # the store's run of this job's experiment (results/runs/<key>): shown, not trained
     analysis: dict | None = None  # the head analysis after training (conf/analysis), when the sweep runs one
     trained_as: Path | None = None  # a finished run of another sweep that trained this job's model
 

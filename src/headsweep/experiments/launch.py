@@ -125,8 +125,8 @@ def list_jobs(sweep: Sweep, done: set[str], todo: list[Job], out) -> None:
     """--dry: every job with its state, and the command that would run the pending ones."""
     width = max(len(j.name) for j in sweep.jobs)
     for j in sweep.jobs:
-        # a copy is not a run: the real run makes it whatever --only selects
-        state = ("done  " if j.name in done else "copy  " if j.same_as else "later " if not sweep.selects(j)
+        # a shared run is not a run of this sweep: the store's run is shown as it whatever --only selects
+        state = ("done  " if j.name in done else "shared" if j.same_as else "later " if not sweep.selects(j)
                  else "reuse " if j.trained_as else "to run")
         print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
               + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")

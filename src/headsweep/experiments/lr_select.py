@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from headsweep import store
 from headsweep.config import SWEEPS_DIR
 from headsweep.experiments import launch, planning
+from headsweep.experiments.cells import as_seen
 from headsweep.experiments.jobs import Job, Sweep
 from headsweep.experiments.reuse import find_reuse, finished_runs
 from headsweep.experiments.specs import SweepError, load_spec, split_parameters
 from headsweep.experiments.sweep_settings import shared_overrides
-from headsweep.training.runs import RESULTS, is_complete, read_results, write_json
+from headsweep.store import read_record, write_record
+from headsweep.training.runs import RESULTS, is_complete, read_results
 
 LR_KEY = "module.peak_lr"
 SELECT_ON = "val/loss"  # results.json metrics: the final weights' loss on data.val_split
@@ -233,12 +237,17 @@ def record_selection(sweep: Sweep, out) -> None:
     for j in sweep.jobs:
         if j.export is None or not is_complete(j.export):
             continue
-        results = read_results(j.export)
+        record = read_record(j.export)
         want = _record_of(j)
-        if results["config"].get("lr_select") != want or results["config"].get("tags") != j.tags:
-            results["config"] = {**results["config"], "lr_select": want, "tags": list(j.tags)}
-            write_json(j.export / RESULTS, results)
-            print(f"  {j.name}: recorded its learning rate's selection (lr_select)", file=out)
+        seen = as_seen(record, j.export.parent.name, j.export.name)["config"]
+        if seen.get("lr_select") == want and seen.get("tags") == j.tags:
+            continue
+        if j.export.is_symlink():  # a view of the store: the selection and tags are the view's
+            store.show(Path(os.path.realpath(j.export)), j.export, j.tags, lr_select=want)
+        else:  # a run directory of the old layout
+            record.config = {**record.config, "lr_select": want, "tags": list(j.tags)}
+            write_record(j.export, record)
+        print(f"  {j.name}: recorded its learning rate's selection (lr_select)", file=out)
 
 
 def _record_of(job: Job) -> dict:

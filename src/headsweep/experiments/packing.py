@@ -55,7 +55,8 @@ def measured_footprint(results_root: Path | None) -> float | None:
     if results_root is None or not results_root.is_dir():
         return None
     peaks = []
-    for path in results_root.glob(f"*/*/{RESULTS}"):
+    # the store (each run once) and any sweep folder of the old layout; a view is its store entry again
+    for path in {p.resolve() for p in results_root.glob(f"*/*/{RESULTS}")}:
         try:
             machine = json.loads(path.read_text()).get("machine") or {}
         except (OSError, json.JSONDecodeError):

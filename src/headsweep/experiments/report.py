@@ -44,6 +44,7 @@ from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
 from headsweep.sizes import attention_flops
+from headsweep.store import RUNS, schema_note
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
 SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
@@ -447,8 +448,10 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
 
 
 def sweeps_in(root: Path) -> list[str]:
-    """The sweeps with a run under root (results/<sweep>/<run>/results.json)."""
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/results.json"))) if root.is_dir() else []
+    """The sweeps with a run under root (results/<sweep>/<run>/results.json; results/runs/ is the store, whose
+    runs the sweeps show)."""
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and d.name != RUNS and any(d.glob("*/results.json"))) \
+        if root.is_dir() else []
 
 
 def stuck_threshold_arg(text: str | None) -> float | None:
@@ -489,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     paths += write_index(args.out, args.root)
     print("wrote " + ", ".join(str(p) for p in paths))
+    if note := schema_note():
+        print(note)
     return 0
 
 

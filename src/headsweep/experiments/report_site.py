@@ -15,6 +15,7 @@ from headsweep.experiments.cells import Cell
 from headsweep.experiments.report_table import anchor
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
+from headsweep.store import RUNS  # results/runs/: the store, no sweep
 
 PRUNE_FIGURE = ("BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
                 "importance pruning to the same counts without fine-tuning.")
@@ -116,7 +117,7 @@ def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
         if isinstance(record, dict) and "cells" in record and (out_dir / record.get("page", "")).is_file():
             records.append(record)
     reported = {r["sweep"] for r in records}
-    unreported = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in reported
+    unreported = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in reported and d.name != RUNS
                         and any(d.glob("*/results.json"))) if root is not None and root.is_dir() else []
     prunes = prune_pages(out_dir)
     views = view_pages(out_dir)

@@ -1,66 +1,26 @@
-"""Finished runs a sweep takes over instead of training again. Two runs are the same experiment when
-their experiment settings (EXPERIMENT_KEYS) and seed agree:
+"""Finished runs a sweep takes over instead of training again. Two runs are the same experiment when their
+keys agree (headsweep.store.experiment_key: the experiment settings and the seed):
 
 - a finished job in results/<sweep>/ must be the job planned there (check_export), so a rerun never
   mixes two configs;
-- identical: a finished job of another sweep with the same settings and seed is copied (Table 3's base
-  row is row A's h = 8 and row B's base);
+- identical: an experiment the store (results/runs/<key>/) already holds is shown as this sweep's job, a
+  view (Table 3's base row is row A's h = 8 and row B's base), never copied and never trained again;
 - trained: one whose model another sweep trained but did not analyse as this sweep does (heads_specialise's
   head dropout 0 is table3_a's h = 8) gets a copy of that run directory, checkpoints hard-linked, and only
-  analyses it, while the checkpoint is on this machine.
+  analyses it, while the checkpoint is on this machine (another experiment: the analysis is a setting).
 """
 
 from __future__ import annotations
 
-import json
+import os
+import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
+from headsweep import store
 from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.specs import SweepError, flatten_config
-from headsweep.training.runs import RESULTS, adopt_run, copy_run, export_run, is_complete, read_results
-
-# What makes two runs the same experiment (and the same outputs: the analysis after training counts);
-# paths, loggers, threads, launcher and names may differ.
-# The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ).
-EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "trainer.accelerator",
-                   "average_last", "analysis")
-# Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
-NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")
-
-
-def experiment_settings(flat: dict) -> dict:
-    return {k: v for k, v in flat.items() if k.startswith(EXPERIMENT_KEYS)
-            and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT and not k.startswith("module.model.")}
-
-
-def saved_settings(saved_config: dict) -> dict:
-    """A saved run's experiment settings, flattened once per config: a sweep compares each of its jobs with
-    every finished run, and building the OmegaConf tree each time made planning take a minute."""
-    key = json.dumps(saved_config, sort_keys=True, default=str)
-    if key not in _SAVED:
-        _SAVED[key] = experiment_settings(flatten_config(OmegaConf.create(saved_config)))
-    return _SAVED[key]
-
-
-_SAVED: dict[str, dict] = {}
-
-
-def settings_diff(saved_config: dict, flat: dict, seed: int) -> tuple[list[str], dict, dict]:
-    """The experiment settings (and seed) in which a saved run's config differs from a job's."""
-    theirs = dict(saved_settings(saved_config))
-    ours = experiment_settings(flat)
-    ours.setdefault("trainer.precision", theirs.get("trainer.precision"))
-    diff = [k for k in sorted(ours.keys() | theirs.keys())
-            if repr(ours.get(k)) != repr(theirs.get(k)) and not _unresolved(ours.get(k))]
-    if saved_config.get("seed") != seed:
-        diff.insert(0, "seed")
-    return diff, theirs, ours
-
-
-def _unresolved(value) -> bool:
-    return isinstance(value, str) and "${" in value
+from headsweep.experiments.specs import SweepError
+from headsweep.store import Record, settings_diff
+from headsweep.training.runs import adopt_run, export_run, is_complete, read_results
 
 
 def check_export(job: Job, flat: dict) -> None:
@@ -74,42 +34,61 @@ def check_export(job: Job, flat: dict) -> None:
                          f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); move it away or pass --results DIR")
 
 
-def finished_runs(results_root: Path, skip: str) -> list[tuple[Path, dict]]:
-    """(run dir, results) of every complete job in results/ outside sweep `skip`, read once per plan."""
-    runs = []
-    for path in sorted(results_root.glob(f"*/*/{RESULTS}")):
-        run_dir = path.parent
-        if run_dir.parent.name != skip and not run_dir.name.startswith(".") and is_complete(run_dir):
-            runs.append((run_dir, read_results(run_dir)))
+def finished_runs(results_root: Path, skip: str | None = None) -> list[tuple[Path, Record]]:
+    """(store dir, record) of every complete experiment in the store, read once per plan, then the runs of
+    a results/ not yet migrated (results/<sweep>/<job>/ directories, not views; copies and those of sweep
+    `skip` left out); a corrupt record is named on stderr and left out."""
+    def corrupt(line):
+        print(f"left out: {line}", file=sys.stderr)
+    runs = store.stored_runs(results_root, on_corrupt=corrupt)
+    for d in sorted(results_root.glob(f"*/*/{store.RESULTS}")):
+        d = d.parent
+        if d.is_symlink() or d.parent.name in (store.RUNS, skip) or d.name.startswith("."):
+            continue
+        try:
+            record = store.read_record(d)
+        except store.CorruptRecord as e:
+            corrupt(str(e))
+            continue
+        if record.complete and record.raw.get("shared_from") is None:
+            runs.append((d, record))
     return runs
 
 
-def identical_run(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> Path | None:
-    """A finished job of another sweep that is this job (same settings, same seed), e.g. Table 3's base
-    row, which rows A and B share: it is copied instead of trained again."""
-    for run_dir, saved in finished:
-        if saved.get("shared_from") is None and not settings_diff(saved["config"], flat, job.seed)[0]:
-            return run_dir
-    return None
+_KEYS: dict[str, str] = {}
 
 
-def trained_run(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> Path | None:
-    """A finished job of another sweep that trained this job's model (same settings and seed; only the
-    analysis after training differs, e.g. heads_specialise's head dropout 0 and table3_a's h = 8) and whose
-    run directory, checkpoint included, is on this machine: the job analyses a copy of it instead of
-    training the same model again. Elsewhere (results/ cloned without checkpoints) the job trains."""
+def _key(run_dir: Path, record: Record) -> str:
+    if str(run_dir) not in _KEYS:
+        _KEYS[str(run_dir)] = store.experiment_key(record.config)
+    return _KEYS[str(run_dir)]
+
+
+def identical_run(job: Job, flat: dict, finished: list[tuple[Path, Record]]) -> Path | None:
+    """The stored run of this job's experiment (the same key), e.g. Table 3's base row, which rows A and B
+    share: shown as this sweep's job instead of trained again."""
+    key = store.flat_key(flat, job.seed)
+    return next((d for d, record in finished if _key(d, record) == key), None)
+
+
+def trained_run(job: Job, flat: dict, finished: list[tuple[Path, Record]]) -> Path | None:
+    """A stored experiment that trained this job's model (same settings and seed; only the analysis after
+    training differs, e.g. heads_specialise's head dropout 0 and table3_a's h = 8) and whose run directory,
+    checkpoint included, is on this machine: the job analyses a copy of it instead of training the same
+    model again. Elsewhere (results/ cloned without checkpoints) the job trains."""
     for export, saved in finished:
-        src = saved.get("output_dir")
-        if saved.get("shared_from") is not None or not src:
+        src = saved.raw.get("output_dir")
+        if saved.raw.get("shared_from") is not None or not src:
             continue
-        diff = settings_diff(saved["config"], flat, job.seed)[0]
+        src = store.local_path(src)
+        diff = settings_diff(saved.config, flat, job.seed)[0]
         if (diff and all(k == "analysis" or k.startswith("analysis.") for k in diff) and is_complete(src)
-                and (Path(src) / "checkpoints" / "last.ckpt").is_file()):
+                and (src / "checkpoints" / "last.ckpt").is_file()):
             return export
     return None
 
 
-def find_reuse(job: Job, flat: dict, finished: list[tuple[Path, dict]]) -> None:
+def find_reuse(job: Job, flat: dict, finished: list[tuple[Path, Record]]) -> None:
     """Check the job's export and note a finished run it can take over (Job.same_as / Job.trained_as)."""
     check_export(job, flat)
     if job.export is None or job.done:
@@ -129,11 +108,16 @@ def export_finished(sweep: Sweep, out) -> None:
 
 
 def share_identical(sweep: Sweep, out) -> None:
-    """Jobs that another sweep already ran (Job.same_as) are copied to results/, tagged as this sweep's."""
+    """Jobs whose experiment the store holds (Job.same_as) become views of it: results/<sweep>/<job> links
+    to results/runs/<key>/, and the record lists the view with this sweep's tags. Nothing is copied."""
     for j in sweep.jobs:
         if j.same_as is not None and not j.done:
-            copy_run(j.same_as, j.export, sweep=sweep.name, tags=j.tags)
-            print(f"  {j.name}: the same experiment as {j.same_as}: copied, not trained again", file=out)
+            stored = Path(os.path.realpath(j.same_as))  # the store dir, or a view of it
+            if stored.parent.name != store.RUNS:
+                raise SweepError(f"{j.same_as} is a run of the old results/ layout: run `python -m headsweep.store "
+                                 f"migrate --results {j.export.parent.parent}` first, then the sweep again")
+            store.show(stored, j.export, j.tags)
+            print(f"  {j.name}: the same experiment as {j.same_as}: shown here, not trained again", file=out)
 
 
 def adopt_trained(sweep: Sweep, out) -> None:

@@ -4,16 +4,18 @@ seeds and Kendall's tau are in headsweep.reporting.stats (the analysis compariso
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from headsweep.config import CONF_DIR
+from headsweep.config import CONF_DIR, compose
 from headsweep.data import DataError, read_lines, split_files
 from headsweep.experiments.cells import Cell, ReportError, Run, hypotheses_path
 # the statistics themselves live below both analysis/ and experiments/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
+from headsweep.store import local_path
 
 
 def read_text_lines(path: Path) -> list[str]:
@@ -26,9 +28,19 @@ def read_text_lines(path: Path) -> list[str]:
 
 def run_data_dir(data: dict) -> Path:
     """A run's data.dir; a relative one that is not there from here is relative to where `make sweep` ran:
-    the repository."""
+    the repository. Where that checkout's corpus is not on this machine (a record names no machine's
+    directories: a run trained on a copy in <checkout>/.data/multi30k), the corpus this checkout is
+    configured with (conf/data: data.dir), the same files by name."""
     data_dir = Path(data["dir"])
-    return CONF_DIR.parent / data_dir if not data_dir.is_absolute() and not data_dir.is_dir() else data_dir
+    if data_dir.is_absolute() or data_dir.is_dir():
+        return data_dir
+    return CONF_DIR.parent / data_dir if (CONF_DIR.parent / data_dir).is_dir() else configured_data_dir()
+
+
+@functools.cache
+def configured_data_dir() -> Path:
+    configured = Path(compose([]).data.dir)
+    return configured if configured.is_absolute() else CONF_DIR.parent / configured
 
 
 def references(run: Run) -> list[str]:
@@ -36,8 +48,8 @@ def references(run: Run) -> list[str]:
     data = run.results["config"]["data"]
     split = data["test_split"]
     listed = run.results.get("references", {}).get(split)
-    if listed and Path(listed).is_file():
-        path = Path(listed)
+    if listed and local_path(listed).is_file():
+        path = local_path(listed)
     else:
         try:
             path = split_files(run_data_dir(data), split, data["tgt_lang"])

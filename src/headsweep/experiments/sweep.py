@@ -9,11 +9,12 @@ variant fp32; headsweep.experiments.specs). `make wandb-spec` writes the full sp
 `wandb agent` run the same grid online. Each job (grid cell x seed 1..N) is one
 training run with its own W&B run, named like h8-dk32-dv32-s1, tagged with its row
 and cell, writing to multirun/<sweep>/<run name>/; each finished job's small outputs (results.json,
-hypotheses, metrics CSV, analysis; never checkpoints or W&B files) are exported to results/<sweep>/<run
-name>/ (--results), the folder `make report` reads and the repository keeps as reference results.
+hypotheses, metrics CSV, analysis; never checkpoints or W&B files) are exported to the run store,
+results/runs/<key>/ (headsweep.store: each experiment once), and shown as results/<sweep>/<run name>, a
+symlink (--results): the folder `make report` reads and the repository keeps as reference results.
 
-The parts: planning.py (the jobs, checked before any starts), reuse.py (finished runs taken over instead
-of trained again), launch.py (job files, the lock, resume, the multirun and its summary).
+The parts: planning.py (the jobs, checked before any starts), reuse.py (stored runs shown instead of trained
+again; one key per experiment: headsweep.store.experiment_key), launch.py (job files, the lock, resume, the multirun and its summary).
 
 Resume: a job with a complete results.json (and its analysis, where the sweep analyses) is skipped; a
 trained job whose analysis was cut short only analyses; an unfinished job with a checkpoint continues from

@@ -16,10 +16,10 @@ from pathlib import Path
 import hydra
 import torch
 
+from headsweep import store
 from headsweep.data.files import atomic_write
+from headsweep.store import RESULTS, CorruptRecord, Record, read_record, write_record
 from headsweep.training.module import TranslationModule
-
-RESULTS = "results.json"
 
 
 class RunError(ValueError):
@@ -35,8 +35,13 @@ def run_dir_of(ckpt: str | Path) -> Path:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    """Atomically: a killed run never leaves a half-written results file."""
-    atomic_write(path, json.dumps(obj, indent=2, default=str))
+    """Atomically: a killed run never leaves a half-written file. A run's record (results.json) goes
+    through store.write_record, typed."""
+    path = Path(path)
+    if path.name == RESULTS:
+        write_record(path.parent, Record.from_dict(obj, version=obj.get("schema_version") or store.SCHEMA_VERSION))
+    else:
+        atomic_write(path, json.dumps(obj, indent=2, default=str))
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:
@@ -50,22 +55,23 @@ def update_results(run_dir: Path, key: str, name: str, entry: dict) -> None:
     neither a crash nor another evaluation of the same run loses what the file already holds."""
     with open(run_dir / ".results.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        results = json.loads((run_dir / RESULTS).read_text())
-        results.setdefault(key, {})[name] = entry
-        write_json(run_dir / RESULTS, results)
+        record = read_record(run_dir)
+        record.raw.setdefault(key, {})[name] = entry
+        write_record(run_dir, record)
 
 
 def read_results(run_dir: str | Path) -> dict | None:
-    path = Path(run_dir) / RESULTS
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A run's record as a dict (store.read_record; CorruptRecord if half-written), None if it has none."""
+    record = read_record(run_dir)
+    return record.as_dict() if record is not None else None
 
 
 def is_complete(run_dir: str | Path) -> bool:
     try:
-        results = read_results(run_dir)
-    except (OSError, json.JSONDecodeError):
+        record = read_record(run_dir)
+    except (OSError, CorruptRecord):
         return False
-    return bool(results) and results.get("status") == "complete"
+    return record is not None and record.complete
 
 
 def resolve_checkpoint(ckpt: str | Path) -> Path:
@@ -174,34 +180,48 @@ EXPORTED = {"hypotheses": "hypotheses", "csv/metrics.csv": "metrics.csv", "analy
 
 
 def export_run(run_dir: str | Path, dest: str | Path) -> Path:
-    """Copy a complete run's small outputs to `dest`, results.json last (via a temporary directory and a
-    rename), so an interrupted export never looks complete and a finished one is never half-replaced."""
+    """A complete run's small outputs into the store, results/runs/<key>/ (results.json last, via a
+    temporary directory and a rename, so an interrupted export never looks complete and a finished one is
+    never half-replaced), shown as `dest` = results/<sweep>/<job>, a view (store.link_view). Under the
+    key's lock; an experiment the store already holds whole is not written again, only shown."""
     run_dir, dest = Path(run_dir), Path(dest)
-    results, tmp = _complete_results(run_dir, "export"), _fresh_tmp(dest)
-    tmp.mkdir(parents=True)
-    for src_name, dst_name in EXPORTED.items():
-        src = run_dir / src_name
-        if src.is_dir():
-            shutil.copytree(src, tmp / dst_name, ignore=shutil.ignore_patterns("*.ckpt", "wandb"))
-        elif src.is_file():
-            shutil.copy2(src, tmp / dst_name)
-    exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
-    write_json(tmp / RESULTS, exported)
-    return _publish(tmp, dest)
+    results = _complete_results(run_dir, "export")
+    if not isinstance(results.get("config"), dict):
+        raise RunError(f"{run_dir / RESULTS} names no config: its experiment is unknown, nothing to export")
+    key = store.experiment_key(results["config"])
+    root, sweep, job = dest.parent.parent, dest.parent.name, dest.name
+    stored = store.store_dir(root, key)
+    tags = list(results["config"].get("tags") or [])
+    with store.key_lock(root, key):
+        if not _holds(stored, run_dir):
+            tmp = _fresh_tmp(stored)
+            tmp.mkdir(parents=True)
+            for src_name, dst_name in EXPORTED.items():
+                src = run_dir / src_name
+                if src.is_dir():
+                    shutil.copytree(src, tmp / dst_name, ignore=shutil.ignore_patterns("*.ckpt", "wandb"))
+                elif src.is_file():
+                    shutil.copy2(src, tmp / dst_name)
+            old = read_record(stored) if stored.is_dir() else None
+            exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            # machine paths relative to the checkout (a record names no machine's directories)
+            exported = store.relative_paths(exported, [str(store.ROOT)])
+            record = Record.from_dict(exported, version=store.SCHEMA_VERSION)
+            record.views = old.views if old else []
+            write_record(tmp, record)
+            store.publish_dir(tmp, stored)
+        store.add_view(stored, sweep, job, tags)
+        return store.link_view(stored, dest)
 
 
-def copy_run(src: str | Path, dest: str | Path, sweep: str, tags: list[str]) -> Path:
-    """An exported run of one sweep as a run of another (the same experiment, e.g. Table 3's base row in
-    rows A and B): its files as they are, its results.json with the new sweep and tags; where it came
-    from, and its own sweep and tags, under `shared_from`."""
-    src, dest = Path(src), Path(dest)
-    results, tmp = _complete_results(src, "copy"), _fresh_tmp(dest)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(RESULTS, ".*"))
-    config = results["config"]
-    shared = {"run": os.path.relpath(src, dest.parent.parent), "sweep": config.get("sweep"), "tags": config.get("tags")}
-    write_json(tmp / RESULTS, {**results, "config": {**config, "sweep": sweep, "tags": list(tags)},
-                               "shared_from": shared})
-    return _publish(tmp, dest)
+def _holds(stored: Path, run_dir: Path) -> bool:
+    """The store already holds this experiment whole: complete, with the head analysis where the run has one."""
+    try:
+        record = read_record(stored)
+    except CorruptRecord:
+        return False
+    return (record is not None and record.complete
+            and ((stored / "analysis" / "analysis.json").is_file() or not (run_dir / "analysis" / "analysis.json").is_file()))
 
 
 # What of a run directory belongs to its W&B run or to analyses of its model, not to its training.
@@ -216,11 +236,12 @@ def adopt_run(export: str | Path, dest: str | Path, *, sweep: str, run_name: str
     pointed into the old directory point into the new one."""
     export, dest = Path(export), Path(dest)
     exported = _complete_results(export, "adopt")
-    src = Path(exported["output_dir"])
+    src = store.local_path(exported["output_dir"])
     results, tmp = _complete_results(src, "adopt"), _fresh_tmp(dest)
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*NOT_TRAINING), copy_function=_link_or_copy)
     config = {**results["config"], "sweep": sweep, "run_name": run_name, "tags": list(tags), "analysis": analysis}
-    shared = {"run": f"{export.parent.name}/{export.name}", "sweep": results["config"].get("sweep"), "tags": results["config"].get("tags"),
+    views = exported.get("views") or [{"sweep": export.parent.name, "job": export.name}]  # its first view's name
+    shared = {"run": f"{views[0]['sweep']}/{views[0]['job']}", "sweep": results["config"].get("sweep"), "tags": results["config"].get("tags"),
               "what": "the trained model (checkpoint); analysed here"}
     adopted = _rebase({**results, "sweep": sweep, "run_name": run_name, "config": config}, str(src), str(dest))
     write_json(tmp / RESULTS, {**adopted, "shared_from": shared})
@@ -248,7 +269,10 @@ def _rebase(obj, old: str, new: str):
 
 
 def _complete_results(run_dir: Path, verb: str) -> dict:
-    results = read_results(run_dir)
+    try:
+        results = read_results(run_dir)
+    except CorruptRecord as e:
+        raise RunError(f"{e}: nothing to {verb}") from None
     if not results or results.get("status") != "complete":
         raise RunError(f"{run_dir} has no complete {RESULTS}: nothing to {verb}")
     return results
