@@ -41,7 +41,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report explain lengths budget analyze prune clean \
+.PHONY: help setup train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -75,38 +75,41 @@ bench: setup  ## Speed vs baselines timed in the same run: training, attention, 
 	$(PY) -m headsweep.bench $(if $(CKPT),--ckpt "$(CKPT)") $(ARGS)
 
 params: setup  ## Parameter counts of every Table 3 row beside the paper's (no data, no training)
-	$(PY) -m headsweep.experiments.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)
+	$(PY) -m headsweep.sweeps.params --table3 model=paper_base data.vocab_size=37000 $(ARGS)
 
 evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_flickr BEAM=4 ALPHA=0.6 AVG=5]
-	$(PY) -m headsweep.experiments.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
+	$(PY) -m headsweep.training.evaluate --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(if $(BEAM),--beam $(BEAM)) \
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
 sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation LR_GRID=5e-4,1e-3,2e-3]
-	$(PY) -m headsweep.experiments.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
+	$(PY) -m headsweep.sweeps.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(DRY),--dry) $(ARGS)
 
 .PHONY: wandb-spec
 wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `wandb sweep`: make wandb-spec SWEEP=heads_fixed_dk_fp32
-	$(PY) -m headsweep.experiments.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
+	$(PY) -m headsweep.sweeps.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
-	$(PY) -m headsweep.experiments.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+
+report-check: setup  ## Open every page of reports/ as a reader does (links, p-values, figure ticks; headless Chromium): make report-check [ARGS=--screenshots docs/img]
+	$(PY) -m headsweep.reports.report_check reports $(ARGS)
 
 explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
-	$(PY) -m headsweep.experiments.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+	$(PY) -m headsweep.reports.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 lengths: setup  ## Narrow heads vs sentence length (low-rank bottleneck?): make lengths [SWEEPS=table3_a,table3_b]
-	$(PY) -m headsweep.experiments.lengths --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+	$(PY) -m headsweep.reports.lengths --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 # make budget's own default sweep; SWEEP=... on the command line still wins
 budget: SWEEP = heads_budget_2x
 budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
-	$(PY) -m headsweep.experiments.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.reports.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
-	$(PY) -m headsweep.experiments.sync --sweep $(SWEEP) $(if $(DRY),--dry)
+	$(PY) -m headsweep.sweeps.sync --sweep $(SWEEP) $(if $(DRY),--dry)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

@@ -21,7 +21,7 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
     echo "error: $PY sees no CUDA GPU: make gpu-check runs on a GPU machine (make test runs the CPU tests)" >&2
     exit 2
 fi
-CARD=$($PY -c "import torch; from headsweep.experiments.packing import device_slug; print(device_slug(torch.cuda.get_device_name()))")
+CARD=$($PY -c "import torch; from headsweep.sweeps.packing import device_slug; print(device_slug(torch.cuda.get_device_name()))")
 SWEEP=table3_a_$CARD
 echo "card: $($PY -c 'import torch; print(torch.cuda.get_device_name(), torch.__version__)'); sweep: $SWEEP" | tee "$LOG_DIR/times.txt"
 status=0
@@ -37,8 +37,8 @@ step() {  # step NAME COMMAND...: run it, log it, time it
 start=$SECONDS
 step tests $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 step bench $PY -m headsweep.bench.gpu --packed 8 --json "$LOG_DIR/bench.json"
-step sweep $PY -m headsweep.experiments.sweep --sweep table3_a --name "$SWEEP" --seeds "$SEEDS" --budget ablation \
+step sweep $PY -m headsweep.sweeps.sweep --sweep table3_a --name "$SWEEP" --seeds "$SEEDS" --budget ablation \
     --jobs "$JOBS"
-step report $PY -m headsweep.experiments.report --sweep "$SWEEP" --root results
+step report $PY -m headsweep.reports.report --sweep "$SWEEP" --root results
 echo "gpu-check: $((SECONDS - start)) s in all, exit $status" | tee -a "$LOG_DIR/times.txt"
 exit $status

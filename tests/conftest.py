@@ -75,8 +75,8 @@ def stored_run(view: Path, results: dict) -> Path:
 
 
 def seen(view: Path) -> dict:
-    """A view's record as the report reads it (its sweep and tags: cells.as_seen)."""
-    from headsweep.experiments.cells import as_seen
+    """A view's record as the report reads it (its sweep and tags: store.as_seen)."""
+    from headsweep.store import as_seen
 
     return as_seen(read_record(view), view.parent.name, view.name)
 
@@ -85,7 +85,7 @@ def seen(view: Path) -> dict:
 def bf16_cpu(monkeypatch):
     """Plan the shipped bf16 sweeps as on a CPU with bf16 units: a test that reads their plan would otherwise
     stop where an AVX2-only CPU refuses to resume them (the refusal has its own test)."""
-    monkeypatch.setattr("headsweep.experiments.sweep_settings.cpu_has_bf16", lambda: True)
+    monkeypatch.setattr("headsweep.sweeps.sweep_settings.cpu_has_bf16", lambda: True)
 
 
 @pytest.fixture

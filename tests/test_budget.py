@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headsweep.experiments import budget
+from headsweep.reports import budget
 
 from conftest import fake_run
 
@@ -94,16 +94,18 @@ def test_no_finished_runs_stop_it_with_one_line(tmp_path, capsys, unfinished):
     assert not (tmp_path / "out").exists()
 
 
-def test_without_against_the_default_sweeps_that_exist_are_used_and_a_named_missing_one_stops_it(tmp_path, capsys):
-    # heads_budget_2x_fp32's 1x twins are table3_a's own cells; heads_budget_1x (first in the default list) has
-    # not run, which must not stop the report
-    cell(tmp_path, "table3_a", "h8-dk32-dv32", 34.0, BASE)
-    cell(tmp_path, "table3_a", "h32-dk8-dv8", 30.0, H32)
+def test_without_against_every_other_sweep_is_searched_and_a_named_missing_one_stops_it(tmp_path, capsys):
+    # no sweep name is wired in: the 1x cells are found in any sweep of the store, here one named "anything";
+    # an empty sweep folder (a sweep that has not run) must not stop the report
+    cell(tmp_path, "anything", "h8-dk32-dv32", 34.0, BASE)
+    cell(tmp_path, "anything", "h32-dk8-dv8", 30.0, H32)
+    (tmp_path / "not_run_yet").mkdir()
     cell(tmp_path, "long", "h8-dk32-dv32", 36.0, [*BASE, *TWO], steps=2300)
     cell(tmp_path, "long", "h32-dk8-dv8", 35.0, [*H32, *TWO], steps=2300)
+    assert budget.every_other_sweep(tmp_path, "long") == ["anything"]
     out = tmp_path / "out"
     assert budget.main(["--sweep", "long", "--root", str(tmp_path), "--out", str(out)]) == 0
-    assert "| table3_a/h32-dk8-dv8 | 30.00" in (out / "long-budget.md").read_text()
+    assert "| anything/h32-dk8-dv8 | 30.00" in (out / "long-budget.md").read_text()
     assert budget.main(["--sweep", "long", "--against", "heads_budget_1x", "--root", str(tmp_path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no runs of sweep 'heads_budget_1x'" in err and "drop it from --against" in err

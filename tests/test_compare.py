@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy.stats import ttest_ind
 
-from headsweep.analysis import compare as C
+from headsweep.reports import compare as C
 from headsweep.analysis import fixed as F
 
 

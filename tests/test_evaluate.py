@@ -1,4 +1,4 @@
-"""`python -m headsweep.experiments.evaluate` and checkpoint averaging, on the session's tiny run."""
+"""`python -m headsweep.training.evaluate` and checkpoint averaging, on the session's tiny run."""
 
 import gzip
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from headsweep.bench.decoding import bench_decoding
-from headsweep.experiments import evaluate
+from headsweep.training import evaluate
 from headsweep.training import averaging
 from headsweep.training.averaging import average_state_dicts
 from headsweep.training.runs import load_datamodule, load_module, load_run
@@ -217,7 +217,7 @@ def test_bad_input_gets_one_line_and_exit_code_2(run, tmp_path, capsys, case, me
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "headsweep.experiments.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
+    out = subprocess.run([sys.executable, "-m", "headsweep.training.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     # the last line (library warnings printed while importing may come before it)

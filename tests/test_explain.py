@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from headsweep.experiments import explain
+from headsweep.reports import explain
 
 from conftest import fake_run
 

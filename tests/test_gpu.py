@@ -171,7 +171,7 @@ def test_a_packed_sweep_of_two_jobs_on_one_card_records_both(tmp_path):
         "model.heads": {"values": [2, 4]}}}))
     results = tmp_path / "results"
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "headsweep.experiments.sweep", "--sweep", "pair", "--specs", str(specs), "--seeds", "1",
+    cmd = [sys.executable, "-m", "headsweep.sweeps.sweep", "--sweep", "pair", "--specs", str(specs), "--seeds", "1",
            "--jobs", "2", "--root", str(tmp_path / "multirun"), "--results", str(results), *TINY,
            f"data.cache_dir={tmp_path / 'cache'}", "trainer.max_steps=20"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

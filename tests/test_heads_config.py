@@ -11,9 +11,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.experiments import sweep as S
-from headsweep.experiments.params import count_for, matched_d_ff
-from headsweep.experiments.specs import flatten_config
+from headsweep.sweeps import sweep as S
+from headsweep.sweeps.params import count_for, matched_d_ff
+from headsweep.store import flatten_config
 from headsweep.training.checks import ConfigError, check_config, check_resume, default_run_name
 from headsweep.training.train import train
 
@@ -143,7 +143,7 @@ def test_spec_comment_counts_are_current():
 @needs_data
 def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     from headsweep.bench.decode_speed import decode_speed
-    from headsweep.experiments.report_table import decode_speed_columns as report_columns
+    from headsweep.reports.report_table import decode_speed_columns as report_columns
 
     record = decode_speed("kv_heads", tmp_path / "results", tmp_path / "multirun", sentences=2, beam=2,
                           precision="32-true")

@@ -14,10 +14,11 @@ import yaml
 from omegaconf import OmegaConf
 from torch import nn
 
+from headsweep.store import flatten_config
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.experiments import planning as P
-from headsweep.experiments import specs as S
-from headsweep.experiments.init_check import bases, confound_lines, init_check_table, measure, run_check
+from headsweep.sweeps import planning as P
+from headsweep.sweeps import specs as S
+from headsweep.sweeps.init_check import bases, confound_lines, init_check_table, measure, run_check
 from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig, convert_impl
 from headsweep.model.attention import init_projection
 from headsweep.model.diagnostics import differences, init_check, module_gains, projection_gains, synthetic_batch
@@ -153,7 +154,7 @@ def test_shipped_records_read_as_xavier_and_time_aware_decay():
     path = next(iter(sorted((SWEEPS_DIR.parent / "results" / "kv_heads").glob("*/results.json"))))
     config = json.loads(path.read_text())["config"]
     assert "init" not in config["model"] and "decay_by" not in config["module"]  # recorded before issue 42
-    flat = S.flatten_config(OmegaConf.create(config))
+    flat = flatten_config(OmegaConf.create(config))
     assert (flat["model.init"], flat["model.init_kv_gain"], flat["module.decay_by"]) == ("xavier", 1.0, "steps_or_time")
 
 
@@ -239,7 +240,7 @@ def cells_at_init(name: str, init: str) -> tuple[list[str], list[dict], list[dic
     spec, _ = S.load_spec(name)
     constants, cells = S.split_parameters(spec)
     cfgs = [compose([*constants, *cell, f"model.init={init}"]) for cell in cells]
-    flats = [S.flatten_config(c) for c in cfgs]
+    flats = [flatten_config(c) for c in cfgs]
     checks = [measure(OmegaConf.to_container(c.model, resolve=True), 1, first_layer=True) for c in cfgs]
     return S.cell_labels(flats), flats, checks
 
@@ -312,8 +313,8 @@ def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
 
 
 def test_the_report_section_shows_row_b_s_confound_from_the_shipped_runs():
-    from headsweep.experiments.cells import group_cells, load_runs
-    from headsweep.experiments.init_check import init_check_section
+    from headsweep.reports.cells import group_cells, load_runs
+    from headsweep.sweeps.init_check import init_check_section
 
     runs, _ = load_runs(SWEEPS_DIR.parent / "results" / "table3_b", "table3_b")
     cells = group_cells(runs)

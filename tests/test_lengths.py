@@ -9,8 +9,8 @@ import pytest
 from sacrebleu import corpus_bleu
 from tokenizers import Tokenizer
 
-from headsweep.experiments import lengths as LEN
-from headsweep.experiments.cells import as_run
+from headsweep.reports import lengths as LEN
+from headsweep.reports.cells import as_run
 
 from conftest import DATA, needs_data
 

@@ -9,9 +9,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from headsweep.config import compose
-from headsweep.experiments import launch as L, lr_select as LR, sweep as S
-from headsweep.experiments.jobs import Job
-from headsweep.experiments.report import write_report
+from headsweep.sweeps import launch as L, lr_select as LR, sweep as S
+from headsweep.sweeps.jobs import Job
+from headsweep.reports.report import write_report
 from headsweep.training.runs import is_complete
 
 from conftest import fake_run, needs_data, seen, stored_run, tiny_overrides, write_results
@@ -235,6 +235,17 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
     # at the default rate (2e-3, seed 1): h4 31.0 vs base 34.0; at the chosen: 33.5 vs 34.0; seeds 2..N: 32.5 vs 33.5
     assert "31.00 (-3.00)" in md and "33.50 (-0.50)" in md and "32.50 (-1.00) (n=2)" in md
     assert (tmp_path / "reports" / "g-lr.png").is_file()
+    # with a grid of two rates every choice is an edge: the report says the optimum may lie beyond it
+    assert "**At the grid's edge: 2 of 2 cells**" in md and "h4-dk64-dv64 (0.001)" in md
+
+
+def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
+    from headsweep.reports.report_lr import edge_lines
+    grid = [5e-4, 1e-3, 2e-3]
+    assert edge_lines({"a": 1e-3, "b": 1e-3}, grid) == [
+        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002).", ""]
+    flagged = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid)[0]
+    assert "2 of 3 cells" in flagged and "b (0.002)" in flagged and "c (0.0005)" in flagged and "a (" not in flagged
 
 
 @pytest.mark.slow  # three tiny trainings through the real Hydra multirun

@@ -7,10 +7,10 @@ import re
 import pytest
 import torch
 
-from headsweep.experiments import packing
-from headsweep.experiments import planning as P
-from headsweep.experiments import sweep as S
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps import packing
+from headsweep.sweeps import planning as P
+from headsweep.sweeps import sweep as S
+from headsweep.sweeps.specs import SweepError
 
 H100 = packing.Card(0, "NVIDIA H100 80GB HBM3", free_gib=79.0, total_gib=79.6)
 

@@ -4,7 +4,7 @@ tick records that save_figure writes beside each figure, from real matplotlib fi
 import json
 from pathlib import Path
 
-from headsweep.experiments import report_check as C
+from headsweep.reports import report_check as C
 from headsweep.reporting.plots import pyplot, save_figure, ticks_path
 
 BACK = '<p><a href="index.html">← all reports</a></p>'

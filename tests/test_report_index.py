@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from headsweep.experiments import report_index as I
-from headsweep.experiments.cells import Run
+from headsweep.reports import report_index as I
+from headsweep.reports.cells import Run
 
 
 def run_at(path: Path, shared_from: str | None = None) -> Run:

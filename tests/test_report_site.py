@@ -14,8 +14,8 @@ from test_compare import analysis
 from conftest import write_results
 from test_report import CELLS, REFS, make_run, write_curve
 
-from headsweep.experiments import report as R
-from headsweep.experiments import report_check
+from headsweep.reports import report as R
+from headsweep.reports import report_check
 
 
 def references(tmp_path: Path) -> Path:
@@ -146,7 +146,7 @@ def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):
     md = paths[0].read_text()
     assert ("h8-dk32-dv32 (base): seed 1 has no validation at step 400 (no such row in its metrics CSV); the "
             "learning curve there is the mean of 1 of 2 seeds") in md
-    from headsweep.experiments.report_plots import cell_curve
+    from headsweep.reports.report_plots import cell_curve
 
     base = next(c for c in R.group_cells(R.load_runs(sweep)[0]) if c.base)
     assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 31.0], [0.0, 2 ** 0.5])
@@ -240,7 +240,7 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
 def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
     from test_report import seed_cell
 
-    from headsweep.experiments.report_complete import incomplete
+    from headsweep.reports.report_complete import incomplete
 
     data = references(tmp_path)
     root = tmp_path / "results"
@@ -325,3 +325,58 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
         "explain.html", "index.html", "lengths.html", "prune-x/prune.html", "table3_a-budget.html", "table3_a.html"]
     assert not any(found.values()), found
     assert unrecorded == [] and (out / "table3_a-bleu.ticks.json").is_file()
+
+
+class Killed(BaseException):
+    """What a kill looks like to the writer: nothing after it runs (not an Exception a handler would catch)."""
+
+
+def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_whole(tmp_path, monkeypatch):
+    from headsweep.data import files
+    from headsweep.reporting import plots
+
+    data, root, out = references(tmp_path), tmp_path / "results", tmp_path / "reports"
+    table3_a(root, data)
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"table3_a.md", "table3_a.html", "index.html", "table3_a-bleu.png"} <= set(before)
+
+    real_fdopen = files.os.fdopen
+
+    def half_then_killed(fd, *args, **kwargs):  # every page write stops half-way through its text
+        f = real_fdopen(fd, *args, **kwargs)
+
+        class Half:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                f.close()
+
+            def write(self, text):
+                f.write(text[: len(text) // 2])
+                f.flush()
+                raise Killed
+        return Half()
+
+    def no_rename(*args):  # a figure is drawn in full, then the process dies before it is put in place
+        raise Killed
+
+    def pages(folder):
+        return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.endswith(".tmp")}
+
+    edit_results(next(p for p in (root / "table3_a").iterdir()), lambda r: r["metrics"].update({"test/bleu": 1.0}))
+    with monkeypatch.context() as m:  # killed while writing the first page
+        m.setattr(files.os, "fdopen", half_then_killed)
+        with pytest.raises(Killed):
+            R.write_report("table3_a", root, out, n_samples=50)
+    after = pages(out)
+    figure = (".png", ".ticks.json")  # drawn before the pages, so new in `after`: the second kill is theirs
+    assert {k: after[k] for k in before if not k.endswith(figure)} == {k: v for k, v in before.items() if not k.endswith(figure)}
+    edit_results(next(p for p in (root / "table3_a").iterdir()), lambda r: r["metrics"].update({"test/bleu": 50.0}))
+    with monkeypatch.context() as m:  # killed while putting the first figure in place
+        m.setattr(plots.os, "replace", no_rename)
+        with pytest.raises(Killed):
+            R.write_report("table3_a", root, out, n_samples=50)
+    assert pages(out) == after  # every page and figure as it was
+    assert not any(p.name.endswith(".tmp") for p in out.iterdir() if not p.name.startswith("."))

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import needs_data, tiny_overrides
-from headsweep.experiments import sweep as S
+from headsweep.sweeps import sweep as S
 from headsweep.training.checks import ConfigError, check_devices
 from headsweep.config import compose
 

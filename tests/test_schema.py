@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 from headsweep.analysis.settings import ANALYSIS_SETTINGS, AnalysisSettings
 from headsweep.config import CONF_DIR, compose
 from headsweep.data.datamodule import DATA_SETTINGS, TranslationDataModule
-from headsweep.experiments.planning import plan
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.planning import plan
+from headsweep.sweeps.specs import SweepError
 from headsweep.model import Transformer, TransformerConfig
 from headsweep.model.patterns import DEFAULT_PATTERNS
 from headsweep.model.transformer import MODEL_SETTINGS

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from headsweep import store
 from headsweep.config import compose
-from headsweep.experiments.cells import load_runs
+from headsweep.reports.cells import load_runs
 from headsweep.store_migrate import MigrationError, migrate
 from headsweep.training.runs import export_run
 
@@ -38,7 +38,7 @@ def test_the_key_is_what_is_trained_and_scored_not_where_or_by_whom():
 
 
 def test_an_old_record_without_newer_settings_is_the_same_experiment_as_a_new_job():
-    """A record from before a setting existed reads it at its old behaviour (specs.ADDED_SETTINGS)."""
+    """A record from before a setting existed reads it at its old behaviour (store.ADDED_SETTINGS)."""
     new = config("model.init=xavier", "module.decay_by=steps_or_time")
     old = json.loads(json.dumps(new))
     del old["model"]["init"], old["model"]["kv_heads"], old["module"]["decay_by"]
@@ -198,7 +198,7 @@ def test_a_view_of_the_old_layout_is_never_replaced(tmp_path):
 def test_a_relative_data_dir_not_on_this_machine_reads_the_configured_corpus(tmp_path, monkeypatch):
     """A migrated record names its corpus relative to the checkout it trained in (.data/multi30k on a GPU
     machine): where that is not here, the report reads the references from this checkout's corpus."""
-    from headsweep.experiments.significance import configured_data_dir, run_data_dir
+    from headsweep.reports.significance import configured_data_dir, run_data_dir
 
     monkeypatch.chdir(tmp_path)
     assert run_data_dir({"dir": ".data/not-here"}) == configured_data_dir()

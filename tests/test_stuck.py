@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from test_report import CELLS, REFS, make_run, write_curve
 
-from headsweep.experiments import report as R
-from headsweep.experiments import report_stuck as S
-from headsweep.experiments.report_convergence import last_third_share
+from headsweep.reports import report as R
+from headsweep.reports import report_stuck as S
+from headsweep.reports.report_convergence import last_third_share
 
 # Val loss at the validation nearest 40% of max_steps 800 (step 400: 320 is 80 from it, 120 from 200), and the
 # test BLEU, per (h, seed). The base's median there is 3.25; h4's seed 3 sits 0.65 above it, the rest within 0.1.

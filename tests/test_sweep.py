@@ -11,9 +11,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from headsweep.experiments import launch as L, planning as P, specs as SP, sweep as S
-from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.specs import format_value
+from headsweep.sweeps import launch as L, planning as P, specs as SP, sweep as S
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.specs import format_value
 from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
 from headsweep.training.runs import is_complete
 
@@ -486,7 +486,7 @@ TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 @needs_data
 def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
-    from headsweep.experiments.report import write_report
+    from headsweep.reports.report import write_report
 
     args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
             "--jobs", "1", "--seeds", "1", *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
@@ -764,7 +764,7 @@ def test_a_bf16_sweep_stops_on_a_cpu_without_bf16_units(tmp_path, monkeypatch):
     results = tmp_path / "results"
     a = P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
     finished_export(a, a.jobs[0])
-    monkeypatch.setattr("headsweep.experiments.sweep_settings.cpu_has_bf16", lambda: False)
+    monkeypatch.setattr("headsweep.sweeps.sweep_settings.cpu_has_bf16", lambda: False)
     with pytest.raises(S.SweepError, match="no bf16 matmul units"):
         P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results)
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import DATA, needs_data
 
 from headsweep.config import compose
-from headsweep.experiments import sweep as S
-from headsweep.experiments import sync
-from headsweep.experiments.launch import JOB_GROUP, write_jobs
+from headsweep.sweeps import sweep as S
+from headsweep.sweeps import sync
+from headsweep.sweeps.launch import JOB_GROUP, write_jobs
 from headsweep.sizes import attention_flops, comparison_config
 from headsweep.training.train import train
 

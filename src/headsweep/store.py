@@ -27,11 +27,13 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
-from headsweep.experiments.specs import flatten_config
+from headsweep.model import head_sizes
+from headsweep.model.patterns import DEFAULT_PATTERNS
+from headsweep.model.transformer import FIXED_KINDS
 
 RESULTS = "results.json"
 RUNS = "runs"          # results/runs/<key>/: the store
@@ -57,8 +59,53 @@ class CorruptRecord(ValueError):
 
 # -- identity ---------------------------------------------------------------------------------------------
 
+# Settings added after runs were recorded, with the value that reproduces those runs: a saved config
+# without the key is read with it, so older reference results still compare as the same experiment.
+ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05,
+                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None,
+                  # issue 42: runs before it used xavier on every attention projection, and decayed by
+                  # the larger of the step and time shares under every budget
+                  "model.init": "xavier", "model.init_kv_gain": 1.0, "module.decay_by": "steps_or_time"}
+
+def flatten_config(cfg: DictConfig) -> dict:
+    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them, settings
+    added since a saved run was made at their old behaviour (ADDED_SETTINGS)."""
+    skip = {"seed", "run_name", "sweep", "cell", "tags", "paths", "logger"}
+    out = {}
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict):
+                walk(v, key + ".")
+            else:
+                out[key] = tuple(v) if isinstance(v, list) else v
+
+    walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
+    out["model.d_k"], out["model.d_v"] = head_sizes(out["model.d_model"], out["model.heads"], out["model.d_k"],
+                                                    out["model.d_v"])  # null means d_model / h
+    for key, value in ADDED_SETTINGS.items():
+        out.setdefault(key, value)
+    _heads_as_used(out)
+    return out
+
+
+def _heads_as_used(out: dict) -> None:
+    """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
+    equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
+    patterns are the default list."""
+    if out["model.kv_heads"] is None:
+        out["model.kv_heads"] = out["model.heads"]
+    out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
+    for kind in FIXED_KINDS:
+        out.setdefault(f"model.fixed_heads.{kind}", 0)
+    if out["model.fixed_patterns"] is None:
+        out["model.fixed_patterns"] = DEFAULT_PATTERNS
+
+
+
 def experiment_settings(flat: dict) -> dict:
-    """The experiment settings of a flattened config (specs.flatten_config: settings added since a saved
+    """The experiment settings of a flattened config (flatten_config: settings added since a saved
     run was made read at their old behaviour, so an old record and a new job compare equal)."""
     return {k: v for k, v in flat.items() if k.startswith(EXPERIMENT_KEYS)
             and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT and not k.startswith("module.model.")}
@@ -382,3 +429,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def as_seen(record: Record, sweep: str, job: str) -> dict:
+    """The record as this view shows it: the view's sweep and tags in its config (what the run of a sweep
+    that shares it was tagged with there), and the first view it was shown in as `shared_from`."""
+    results = record.as_dict()
+    view = record.view(sweep, job)
+    if view is None:
+        return results
+    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
+                         **({"lr_select": view["lr_select"]} if "lr_select" in view else {})}
+    first = record.views[0]
+    if first is not view and "shared_from" not in results:
+        results["shared_from"] = {"run": f"{first['sweep']}/{first['job']}", "sweep": first["sweep"],
+                                  "tags": first.get("tags")}
+    return results

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import compose, cpu_has_bf16
 from headsweep.machine import cpu_class
-from headsweep.experiments.sweep import default_jobs
+from headsweep.sweeps.sweep import default_jobs
 from headsweep.model.losses import _LinearCrossEntropy
 from headsweep.training.module import TranslationModule
 

@@ -29,13 +29,13 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from headsweep.experiments.report_table import DECODE_SPEED as OUTPUT  # what the report reads
+from headsweep.reports.report_table import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.bench.decoding import random_module
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
 from headsweep.machine import cpu_name
-from headsweep.experiments.specs import SweepError
-from headsweep.experiments.sweep import plan
+from headsweep.sweeps.specs import SweepError
+from headsweep.sweeps.sweep import plan
 from headsweep.model import count_parameters, decoding, kv_cache_bytes
 from headsweep.training.runs import RunError, load_module, read_results
 from headsweep.training.translate import autocast_dtype

@@ -14,7 +14,7 @@ import torch
 
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import compose
-from headsweep.experiments.sweep import default_jobs
+from headsweep.sweeps.sweep import default_jobs
 
 STEPS, WARMUP = 16, 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -52,6 +53,10 @@ def drawn_ticks(fig) -> list[dict]:
 
 def save_figure(fig, path, dpi: int = 110) -> None:
     """The figure as a PNG at path, and its tick labels as drawn beside it (path with .ticks.json)."""
-    fig.savefig(path, dpi=dpi)  # draws the figure: the labels and their boxes are final
-    ticks_path(path).write_text(json.dumps({"figure": Path(path).name,
-                                            "axes": drawn_ticks(fig)}, indent=1))
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")  # a report killed mid-write leaves the previous figure whole
+    fig.savefig(tmp, dpi=dpi, format=path.suffix.lstrip(".") or "png")  # draws it: labels and boxes are final
+    os.replace(tmp, path)
+    ticks = ticks_path(path).with_name(f".{ticks_path(path).name}.tmp")
+    ticks.write_text(json.dumps({"figure": path.name, "axes": drawn_ticks(fig)}, indent=1))
+    os.replace(ticks, ticks_path(path))

@@ -1,9 +1,9 @@
 """Parameter counts of any config, without data or training.
 
-    python -m headsweep.experiments.params [hydra overrides]            counts by part for that config
-    python -m headsweep.experiments.params --table3 model=paper_base data.vocab_size=37000
+    python -m headsweep.sweeps.params [hydra overrides]            counts by part for that config
+    python -m headsweep.sweeps.params --table3 model=paper_base data.vocab_size=37000
                                                             every Table 3 row beside the paper's count
-    python -m headsweep.experiments.params --match-d-ff model.kv_heads=1
+    python -m headsweep.sweeps.params --match-d-ff model.kv_heads=1
                                      the d_ff that gives this config the parameters of its kv_heads = h twin
 """
 
@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.config import compose
-from headsweep.experiments.paper import model_overrides, table3
+from headsweep.sweeps.paper import model_overrides, table3
 
 def count_for(model: dict, vocab_size: int) -> dict[str, int]:
     with torch.device("meta"):  # shapes only: the big model costs no memory

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from headsweep.experiments import report_index
-from headsweep.experiments.cells import Cell
-from headsweep.experiments.report_table import anchor
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.reports import report_index
+from headsweep.reports.cells import Cell
+from headsweep.reports.report_table import anchor
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
@@ -42,9 +43,9 @@ def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
         if (md_path.parent / "prune.png").is_file() and "prune.png" not in md:
             md += "\n" + figure("prune.png", f"Figure 1. {PRUNE_FIGURE}") + "\n"
         md = with_back_link(md, "../index.md")
-        md_path.write_text(md)  # the markdown twin links back too (GitHub shows it)
+        atomic_write(md_path, md)  # the markdown twin links back too (GitHub shows it)
         html_path = md_path.with_suffix(".html")
-        html_path.write_text(page(f"{md_path.parent.name}: {heading}", md))
+        atomic_write(html_path, page(f"{md_path.parent.name}: {heading}", md))
         pages.append((html_path, heading))
     return pages
 
@@ -62,9 +63,9 @@ def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
     for pattern, answers, _ in VIEWS:
         for md_path in sorted(out_dir.glob(pattern)):
             md = with_back_link(md_path.read_text())
-            md_path.write_text(md)  # the markdown twin links back too (GitHub shows it)
+            atomic_write(md_path, md)  # the markdown twin links back too (GitHub shows it)
             html_path = md_path.with_suffix(".html")
-            html_path.write_text(page(first_heading(md, md_path.stem), md))
+            atomic_write(html_path, page(first_heading(md, md_path.stem), md))
             pages.append((html_path, first_heading(md, md_path.stem), answers))
     return pages
 
@@ -122,6 +123,6 @@ def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
     prunes = prune_pages(out_dir)
     views = view_pages(out_dir)
     md = index_markdown(records, prunes, out_dir, unreported, views)
-    (out_dir / "index.md").write_text(md)
-    (out_dir / "index.html").write_text(page("headsweep reports", md))
+    atomic_write(out_dir / "index.md", md)
+    atomic_write(out_dir / "index.html", page("headsweep reports", md))
     return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes), *(p for p, *_ in views)]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.specs import SweepError
 from headsweep.training.runs import RESULTS
 
 DEFAULT_FOOTPRINT_GIB = 3.0  # a d_model 256 job with 2k-token batches and its CUDA context, with margin

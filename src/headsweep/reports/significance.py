@@ -12,8 +12,8 @@ from sacrebleu.significance import PairedTest
 
 from headsweep.config import CONF_DIR, compose
 from headsweep.data import DataError, read_lines, split_files
-from headsweep.experiments.cells import Cell, ReportError, Run, hypotheses_path
-# the statistics themselves live below both analysis/ and experiments/; imported here, where they were
+from headsweep.reports.cells import Cell, ReportError, Run, hypotheses_path
+# the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
 from headsweep.store import local_path
 

@@ -14,7 +14,7 @@ all seeds of a sentence together, base and cell alike: sacreBLEU's per-sentence 
 contrast of a sweep shares its base's numbers, so read a narrow cell's contrast beside those of the wide-head
 cells (d_k >= 32), whose heads no sentence here outgrows.
 
-    python -m headsweep.experiments.lengths --sweeps table3_a,table3_b [--root results] [--out reports]
+    python -m headsweep.reports.lengths --sweeps table3_a,table3_b [--root results] [--out reports]
 
 Reads results/ and the corpus the runs name (the source side of the test split, cut into subwords by the
 runs' own tokenizer, rebuilt from the training data where it is not cached).
@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 from sacrebleu.metrics import BLEU
 
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.data import DataError, TranslationDataModule
-from headsweep.experiments.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
-from headsweep.experiments.report_table import fmt_p
-from headsweep.experiments.significance import read_text_lines, references, run_data_dir
+from headsweep.reports.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
+from headsweep.reports.report_table import fmt_p
+from headsweep.reports.significance import read_text_lines, references, run_data_dir
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import first_heading, with_back_link
 
@@ -220,8 +221,8 @@ def write(root: Path, sweeps: list[str], out: Path, n_samples: int = 1000) -> Pa
     out.mkdir(parents=True, exist_ok=True)
     path = out / "lengths.md"
     md = with_back_link(markdown(sweeps, rows, left_out))
-    path.write_text(md)
-    path.with_suffix(".html").write_text(page(first_heading(md, "lengths"), md))
+    atomic_write(path, md)
+    atomic_write(path.with_suffix(".html"), page(first_heading(md, "lengths"), md))
     return path
 
 

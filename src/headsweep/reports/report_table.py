@@ -9,8 +9,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, learning_curve, val_loss_rises
-from headsweep.experiments.paper import COLUMNS
+from headsweep.reports.cells import Cell, learning_curve, val_loss_rises
+from headsweep.sweeps.paper import COLUMNS
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
 

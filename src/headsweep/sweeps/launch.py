@@ -26,9 +26,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from headsweep.config import CONF_DIR
-from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.reuse import adopt_trained, export_finished, share_identical
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.reuse import adopt_trained, export_finished, share_identical
+from headsweep.sweeps.specs import SweepError
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
 JOB_GROUP = "sweep_job"

@@ -1,7 +1,7 @@
 """Upload a sweep's offline W&B runs: `make sync SWEEP=table3_a` runs `wandb sync` on every offline run
 of multirun/<sweep>/<run>/wandb/ (results/ keeps no W&B files; a run trained online is already there).
 
-    python -m headsweep.experiments.sync --sweep table3_a [--root multirun] [--dry]
+    python -m headsweep.sweeps.sync --sweep table3_a [--root multirun] [--dry]
 
 `wandb sync` skips runs it has already uploaded, so running it again uploads only what is new. Each run
 keeps the group (its grid cell), job type (the sweep) and tags it was logged with.

@@ -2,7 +2,7 @@
 and .json (its cells, for the index), PNG plots, and reports/index.html linking every sweep's report and
 every prune report (`--sweep all`: every sweep under --root).
 
-    python -m headsweep.experiments.report --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
+    python -m headsweep.reports.report --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
         [--stuck-threshold X]
 
 Reads nothing but the runs' results.json files under results/<sweep>/ and the files they name
@@ -26,19 +26,20 @@ import statistics
 import sys
 from pathlib import Path
 
-from headsweep.analysis.compare import report_section
-from headsweep.experiments import report_convergence, report_stuck
-from headsweep.experiments.init_check import init_check_section
-from headsweep.experiments.report_complete import incomplete
-from headsweep.experiments.report_lr import lr_section, split_grid_runs
-from headsweep.experiments.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
-from headsweep.experiments.paper import COLUMNS, table3
-from headsweep.experiments.report_plots import learning_curves, plots
-from headsweep.experiments.report_site import index_record, write_index
-from headsweep.experiments.report_table import (cell_details, decode_speed_columns, display, loss_note, machine_note,
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.reports.compare import report_section
+from headsweep.reports import report_convergence, report_stuck
+from headsweep.sweeps.init_check import init_check_section
+from headsweep.reports.report_complete import incomplete
+from headsweep.reports.report_lr import lr_section, split_grid_runs
+from headsweep.reports.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.sweeps.paper import COLUMNS, table3
+from headsweep.reports.report_plots import learning_curves, plots
+from headsweep.reports.report_site import index_record, write_index
+from headsweep.reports.report_table import (cell_details, decode_speed_columns, display, loss_note, machine_note,
                                                 missing_words, p_words, reader_name, shows_paper, table, varies)
-from headsweep.experiments.significance import paired_bootstrap
-from headsweep.experiments.specs import follows_width
+from headsweep.reports.significance import paired_bootstrap
+from headsweep.sweeps.specs import follows_width
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
@@ -290,6 +291,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def shown_path(path: Path) -> Path:
+    """A path as a reader of the shipped page can follow it: relative to the checkout, never this machine's."""
+    return path.relative_to(Path.cwd()) if path.is_absolute() and path.is_relative_to(Path.cwd()) else path
+
+
 def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: list) -> list[str]:
     """The bullets above the table: what was compared, how, what is the same in every cell, and what
     was left out."""
@@ -297,7 +303,7 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     seeds = sorted({len(c.runs) for c in cells})
     lines = [f"{counted(len(runs), 'run')} ({' or '.join(map(str, seeds))} seed{'' if seeds == [1] else 's'} per cell) in "
              f"{counted(len(cells), 'cell')} from "
-             f"`{sweep_dir}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
+             f"`{shown_path(sweep_dir)}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
                                    "or p-values."),
              f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
              f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
@@ -439,9 +445,9 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
                         "\n\n".join(sections) or None)
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md = with_back_link(md)
-    md_path.write_text(md)
-    html_path.write_text(page(head, md))
-    json_path.write_text(json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))
+    atomic_write(md_path, md)
+    atomic_write(html_path, page(head, md))
+    atomic_write(json_path, json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))
     project = runs[0].results["config"].get("logger", {}).get("wandb", {}).get("project", "headsweep")
     log_to_wandb(sweep, project, *table(cells, keys), [p for p, _ in figures])
     return [md_path, html_path, json_path, *(p for p, _ in figures)]

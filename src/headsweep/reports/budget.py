@@ -2,11 +2,11 @@
 cell of a sweep trained longer (heads_budget_2x: 2,300 steps) beside the same cell at the shorter budget
 (1x) found in other sweeps, its gap to the base cell at both budgets, and the change in that gap.
 
-    python -m headsweep.experiments.budget --sweep heads_budget_2x [--against heads_budget_1x,table3_a,...]
+    python -m headsweep.reports.budget --sweep heads_budget_2x [--against heads_budget_1x,table3_a,...]
                                            [--root results] [--out reports]
 
-Without --against, the 1x cells are looked for in those of heads_budget_1x, table3_a, table3_b and
-heads_fixed_dk that --root holds; a sweep named in --against must exist.
+Without --against, the 1x cells are looked for in every other sweep the store shows under --root (a run two
+sweeps show is one run, so where it is found does not change a number); a sweep named in --against must exist.
 
 Writes reports/<sweep>-budget.md, .html and -budget-curves.png; reads only results/.
 """
@@ -18,9 +18,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, ReportError, group_cells, load_runs
-from headsweep.experiments.report_plots import cell_curve
-from headsweep.experiments.report_table import display, fmt
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
+from headsweep.reports.report_plots import cell_curve
+from headsweep.reports.report_table import display, fmt
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
@@ -30,8 +31,6 @@ from headsweep.store import settings_diff
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran
 # in fp32 and bf16-mixed). trainer.max_time is no experiment setting (store.EXPERIMENT_KEYS) at all.
 BUDGET_KEYS = ("trainer.max_steps", "trainer.precision")
-# where the 1x cells are looked for unless --against names sweeps: those of these that results/ holds
-DEFAULT_AGAINST = ("heads_budget_1x", "table3_a", "table3_b", "heads_fixed_dk")
 METHOD = ("Change in the gap: the interaction coefficient of an ordinary least-squares fit on the per-seed test "
           "BLEU of the four groups (base and cell, 1x and 2x), BLEU = b0 + b_2x·[2x] + b_cell·[cell] + "
           "b_int·[2x]·[cell], so b_int = (2x gap) − (1x gap); its 95% CI and two-sided p use t with n − 4 degrees "
@@ -63,6 +62,13 @@ def load(root: Path, sweep: str, hint: str) -> tuple[list[Cell], list[str]]:
     if not runs:
         raise ReportError(f"no finished runs of sweep '{sweep}' in {root / sweep} ({len(left_out)} left out); {hint}")
     return group_cells(runs), [f"{sweep}/{d.name}: {why}" for d, why in left_out]
+
+
+def every_other_sweep(root: Path, sweep: str) -> list[str]:
+    """Where the 1x cells are looked for unless --against names sweeps: every sweep folder under root with a
+    run in it (results/runs is the store itself, no sweep)."""
+    return [d.name for d in sorted(root.iterdir()) if d.is_dir() and d.name not in (sweep, "runs")
+            and not d.name.startswith(".") and any(not p.name.startswith(".") for p in d.iterdir())]
 
 
 def same_but_budget(cell: Cell, other: Cell) -> bool:
@@ -224,8 +230,8 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
     head, md = markdown(sweep, rows, missing + capped(rows) + left_out, png)
     md_path, html_path = out / f"{sweep}-budget.md", out / f"{sweep}-budget.html"
     md = with_back_link(md)
-    md_path.write_text(md)
-    html_path.write_text(page(head, md))
+    atomic_write(md_path, md)
+    atomic_write(html_path, page(head, md))
     return [md_path, html_path, png[0]]
 
 
@@ -234,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default="heads_budget_2x", help="the sweep at the longer budget")
     parser.add_argument("--against", default=None,
                         help="comma-separated sweeps holding the same cells at the shorter budget, preferred first "
-                             f"(default: those of {','.join(DEFAULT_AGAINST)} in --root)")
+                             "(default: every other sweep under --root)")
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
     try:
         against = ([s for s in args.against.split(",") if s] if args.against is not None
-                   else [s for s in DEFAULT_AGAINST if (args.root / s).is_dir()])
+                   else every_other_sweep(args.root, args.sweep))
         paths = write(args.root, args.sweep, against, args.out)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """The report's section for a sweep whose cells each chose their peak learning rate (`make sweep LR_GRID=`,
-headsweep.experiments.lr_select): each cell's final val loss (a table) and val-loss curve (a plot) at every
+headsweep.sweeps.lr_select): each cell's final val loss (a table) and val-loss curve (a plot) at every
 grid rate, the chosen rate, and the cells compared at their chosen rates beside the comparison at the
 default (common) rate on seed 1. The grid runs are no seeds of their cells: the main table never sees them."""
 
@@ -9,9 +9,9 @@ import math
 import statistics
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, Run, learning_curve
-from headsweep.experiments.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
-from headsweep.experiments.report_table import display
+from headsweep.reports.cells import Cell, Run, learning_curve
+from headsweep.sweeps.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
+from headsweep.reports.report_table import display
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.plots import pyplot, save_figure
 
@@ -80,9 +80,24 @@ def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Pat
                      lr_text(chosen[label]) if label in chosen else "waits", lr_text(default) if default else "–"])
     md += [f"Final val loss of seed 1 ({SELECT_ON}) at each rate; the chosen one in bold:", "",
            *markdown_table(header, rows), ""]
+    md += edge_lines(chosen, grid)
     md += comparison(cells, by_cell, chosen)
     figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
     return "\n".join(md), figures
+
+
+def edge_lines(chosen: dict[str, float], grid: list[float]) -> list[str]:
+    """A cell whose best rate is the grid's smallest or largest may do better beyond it: the grid did not
+    bracket its optimum, so the comparison at the chosen rates is a comparison at the best rate tried."""
+    if len(grid) < 2:
+        return []
+    at_edge = {label: v for label, v in chosen.items() if v in (grid[0], grid[-1])}
+    if not at_edge:
+        return [f"- Every cell's chosen rate lies inside the grid ({lr_text(grid[0])} to {lr_text(grid[-1])}).", ""]
+    names = ", ".join(f"{label} ({lr_text(v)})" for label, v in at_edge.items())
+    return [f"- **At the grid's edge: {len(at_edge)} of {len(chosen)} cells** chose the smallest or the largest rate "
+            f"tried: {names}. Their best rate may lie beyond the grid; widen it (e.g. LR_GRID with a rate past "
+            "that edge) before reading their difference as the attention setting's.", ""]
 
 
 def _default_rate(cell: Cell | None) -> float | None:

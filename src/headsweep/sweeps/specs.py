@@ -2,7 +2,7 @@
 over sweeps/_base.yaml (what every spec shares). A spec's `variants:` are sweeps of their own, named
 <spec>_<variant> (heads_fixed_dk_fp32: heads_fixed_dk with its variant fp32). Resolving a sweep name to its full
 spec and checking it, expanding its grid (the seed apart: it makes a cell's jobs), naming cells, and writing the
-full spec W&B reads (`python -m headsweep.experiments.specs wandb <sweep> [--out FILE]`, `make wandb-spec`)."""
+full spec W&B reads (`python -m headsweep.sweeps.specs wandb <sweep> [--out FILE]`, `make wandb-spec`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ from pathlib import Path
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.experiments.paper import ALIASES
-from headsweep.model import head_sizes
-from headsweep.model.patterns import DEFAULT_PATTERNS
+from headsweep.sweeps.paper import ALIASES
 from headsweep.model.transformer import FIXED_KINDS
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
@@ -249,52 +246,9 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
     return constants, [list(cell) for cell in itertools.product(*axes)]
 
 
-# Settings added after runs were recorded, with the value that reproduces those runs: a saved config
-# without the key is read with it, so older reference results still compare as the same experiment.
-ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05,
-                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None,
-                  # issue 42: runs before it used xavier on every attention projection, and decayed by
-                  # the larger of the step and time shares under every budget
-                  "model.init": "xavier", "model.init_kv_gain": 1.0, "module.decay_by": "steps_or_time"}
 # Cell-name parts of settings outside Table 3 (label_part): h8-dk32-dv32-kv2, ...-fixed_enc7.
 LABEL_ALIASES = {"model.kv_heads": "kv", "model.init_kv_gain": "kvgain", **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}"
                                              for kind in FIXED_KINDS}}
-
-
-def flatten_config(cfg: DictConfig) -> dict:
-    """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them, settings
-    added since a saved run was made at their old behaviour (ADDED_SETTINGS)."""
-    skip = {"seed", "run_name", "sweep", "cell", "tags", "paths", "logger"}
-    out = {}
-
-    def walk(node, prefix):
-        for k, v in node.items():
-            key = f"{prefix}{k}"
-            if isinstance(v, dict):
-                walk(v, key + ".")
-            else:
-                out[key] = tuple(v) if isinstance(v, list) else v
-
-    walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
-    out["model.d_k"], out["model.d_v"] = head_sizes(out["model.d_model"], out["model.heads"], out["model.d_k"],
-                                                    out["model.d_v"])  # null means d_model / h
-    for key, value in ADDED_SETTINGS.items():
-        out.setdefault(key, value)
-    _heads_as_used(out)
-    return out
-
-
-def _heads_as_used(out: dict) -> None:
-    """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
-    equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
-    patterns are the default list."""
-    if out["model.kv_heads"] is None:
-        out["model.kv_heads"] = out["model.heads"]
-    out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
-    for kind in FIXED_KINDS:
-        out.setdefault(f"model.fixed_heads.{kind}", 0)
-    if out["model.fixed_patterns"] is None:
-        out["model.fixed_patterns"] = DEFAULT_PATTERNS
 
 
 def follows_heads(key: str, flats: list[dict]) -> bool:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headsweep.experiments.specs import flatten_config, follows_heads
-from headsweep.experiments.paper import COLUMNS
-from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, Record, read_record
+from headsweep.sweeps.specs import follows_heads
+from headsweep.sweeps.paper import COLUMNS
+from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
 from headsweep.training.checks import default_cell
 
 
@@ -73,22 +73,6 @@ def load_runs(sweep_dir: Path, sweep: str | None = None) -> tuple[list[Run], lis
         else:
             runs.append(run)
     return runs, left_out
-
-
-def as_seen(record: Record, sweep: str, job: str) -> dict:
-    """The record as this view shows it: the view's sweep and tags in its config (what the run of a sweep
-    that shares it was tagged with there), and the first view it was shown in as `shared_from`."""
-    results = record.as_dict()
-    view = record.view(sweep, job)
-    if view is None:
-        return results
-    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
-                         **({"lr_select": view["lr_select"]} if "lr_select" in view else {})}
-    first = record.views[0]
-    if first is not view and "shared_from" not in results:
-        results["shared_from"] = {"run": f"{first['sweep']}/{first['job']}", "sweep": first["sweep"],
-                                  "tags": first.get("tags")}
-    return results
 
 
 def as_run(d: Path, results: dict) -> Run:

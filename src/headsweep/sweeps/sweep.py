@@ -1,11 +1,11 @@
 """Run one ablation as a Hydra multirun: `make sweep SWEEP=table3_a [SEEDS=3 BUDGET=ablation ...]`.
 
-    python -m headsweep.experiments.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
+    python -m headsweep.sweeps.sweep --sweep table3_a --seeds 3 [--budget short] [--launcher basic|joblib|submitit]
                               [--scale paper] [--only 'h1-*,*-s3'] [--dry] [hydra overrides for every job]
 
 The grid comes from sweeps/<sweep>.yaml, a W&B grid sweep spec whose parameters are Hydra override keys, merged
 over sweeps/_base.yaml; a sweep named <spec>_<variant> is a spec's variant (heads_fixed_dk_fp32: heads_fixed_dk,
-variant fp32; headsweep.experiments.specs). `make wandb-spec` writes the full spec, so that `wandb sweep` +
+variant fp32; headsweep.sweeps.specs). `make wandb-spec` writes the full spec, so that `wandb sweep` +
 `wandb agent` run the same grid online. Each job (grid cell x seed 1..N) is one
 training run with its own W&B run, named like h8-dk32-dv32-s1, tagged with its row
 and cell, writing to multirun/<sweep>/<run name>/; each finished job's small outputs (results.json,
@@ -29,7 +29,7 @@ before torch starts (OMP_NUM_THREADS) and recorded in results.json.
 
 GPUs: where torch sees CUDA (and neither the command nor the sweep's finished runs say CPU), every job
 trains with trainer=gpu (bf16-mixed, torch's SDPA kernels), and several jobs share each card: as many as
-its free memory holds at the largest per-job peak earlier GPU runs recorded (headsweep.experiments.packing),
+its free memory holds at the largest per-job peak earlier GPU runs recorded (headsweep.sweeps.packing),
 at most one per CPU core; --jobs N asks for N and is checked against the same limit. Several cards: jobs
 spread round-robin. A sweep never mixes devices: name a GPU sweep of a CPU spec with --name (table3_a_h100).
 """
@@ -41,9 +41,9 @@ import sys
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.experiments.launch import run
-from headsweep.experiments.planning import LAUNCHERS, default_jobs, plan  # noqa: F401 (default_jobs: make bench)
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.launch import run
+from headsweep.sweeps.planning import LAUNCHERS, default_jobs, plan  # noqa: F401 (default_jobs: make bench)
+from headsweep.sweeps.specs import SweepError
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
                         help="jobs at once, each with cores / N threads (default: 2 on a CPU, 1 with a GPU)")
     parser.add_argument("--lr-grid", default="",
                         help="choose each cell's module.peak_lr from these (e.g. 5e-4,1e-3,2e-3) by seed 1's final "
-                             "val/loss, then run every seed at it (headsweep.experiments.lr_select)")
+                             "val/loss, then run every seed at it (headsweep.sweeps.lr_select)")
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
     if bad := [a for a in extra if a.startswith("--")]:
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     """Both phases of a sweep whose cells each get their own peak learning rate (lr_select)."""
-    from headsweep.experiments.lr_select import parse_grid, plan_lr, run_lr
+    from headsweep.sweeps.lr_select import parse_grid, plan_lr, run_lr
 
     grid = parse_grid(args.lr_grid)
     lr = plan_lr(name, args.seeds, extra, grid, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,

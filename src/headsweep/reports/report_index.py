@@ -12,9 +12,9 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, Run
-from headsweep.experiments.report_table import fmt, reader_name
-from headsweep.experiments.reuse import experiment_settings
+from headsweep.reports.cells import Cell, Run
+from headsweep.reports.report_table import fmt, reader_name
+from headsweep.store import experiment_settings
 from headsweep.training.runs import RESULTS
 
 ALWAYS = ("model.heads", "model.d_k", "model.d_v")  # first, varied or not

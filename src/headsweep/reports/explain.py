@@ -8,7 +8,7 @@ on the runs (seeds as replicates of their cell), with 95% confidence intervals; 
 different precisions (a sweep never mixes them) the fit adds an offset for bf16 rather than assume none.
 The fit is repeated with each cell left out in turn, to show how far one cell moves each coefficient.
 
-    python -m headsweep.experiments.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
+    python -m headsweep.reports.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
                                             [--root results] [--out reports]
 
 It also answers "how does the best h change with model size": at each d_model, row A's cells there (d_k =
@@ -30,9 +30,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.config import compose
-from headsweep.experiments.cells import ReportError, load_runs
-from headsweep.experiments.specs import flatten_config
+from headsweep.reports.cells import ReportError, load_runs
+from headsweep.store import flatten_config
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure as md_figure
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
@@ -319,8 +320,8 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) 
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"
     md = with_back_link("\n".join(lines) + "\n")
-    path.write_text(md)
-    path.with_suffix(".html").write_text(page(first_heading(md, "explain"), md))
+    atomic_write(path, md)
+    atomic_write(path.with_suffix(".html"), page(first_heading(md, "explain"), md))
     return path
 
 

@@ -1,7 +1,7 @@
 """Planning a sweep: every job of sweeps/<name>.yaml (grid cell x seed), each cell composed and its model
 built on the meta device first, so a bad key or value, cells that would train for unequal steps or in
 different precisions, devices or inits, or more jobs than cores stop the sweep with one line before any job
-starts. Then each cell's model is built on the CPU at init and measured (headsweep.experiments.init_check):
+starts. Then each cell's model is built on the CPU at init and measured (headsweep.sweeps.init_check):
 a cell that differs from its base in what it does not vary on purpose gets one printed line."""
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.experiments.init_check import confound_lines, measure
-from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.packing import (DEFAULT_FOOTPRINT_GIB, cards, device_override, device_slug, measured_footprint,
+from headsweep.store import flatten_config
+from headsweep.sweeps.init_check import confound_lines, measure
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.packing import (DEFAULT_FOOTPRINT_GIB, cards, device_override, device_slug, measured_footprint,
                                          packed_jobs)
-from headsweep.experiments.reuse import find_reuse, finished_runs
-from headsweep.experiments.specs import (RESERVED, SweepError, cell_labels, flatten_config, format_value, load_spec,
+from headsweep.sweeps.reuse import find_reuse, finished_runs
+from headsweep.sweeps.specs import (RESERVED, SweepError, cell_labels, format_value, load_spec,
                                          row_tag, spec_seeds, split_parameters)
-from headsweep.experiments.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
+from headsweep.sweeps.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
 
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
@@ -50,7 +51,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
          specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
          jobs: int | None = 1, cores: int | None = None, only: list[str] = (), name_as: str | None = None) -> Sweep:
     """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
-    over is noted on the job (headsweep.experiments.reuse). `name_as`: the sweep's own name (its folders in
+    over is noted on the job (headsweep.sweeps.reuse). `name_as`: the sweep's own name (its folders in
     multirun/ and results/, its W&B tag) when it is not the spec's, e.g. table3_a_h100 for the spec table3_a
     run on a GPU."""
     spec, path = load_spec(name, specs_dir)

@@ -32,13 +32,12 @@ from pathlib import Path
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
-from headsweep.experiments import launch, planning
-from headsweep.experiments.cells import as_seen
-from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.reuse import find_reuse, finished_runs
-from headsweep.experiments.specs import SweepError, load_spec, split_parameters
-from headsweep.experiments.sweep_settings import shared_overrides
-from headsweep.store import read_record, write_record
+from headsweep.sweeps import launch, planning
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.reuse import find_reuse, finished_runs
+from headsweep.sweeps.specs import SweepError, load_spec, split_parameters
+from headsweep.sweeps.sweep_settings import shared_overrides
+from headsweep.store import as_seen, read_record, write_record
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
 LR_KEY = "module.peak_lr"

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import cpu_has_bf16
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.specs import SweepError
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
 SHARED = ("trainer.precision", "trainer.accelerator")  # one value per sweep

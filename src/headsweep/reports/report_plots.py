@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from headsweep.experiments.cells import Cell, learning_curve
-from headsweep.experiments.report_table import display, reader_name, varies
-from headsweep.experiments.specs import label_part
+from headsweep.reports.cells import Cell, learning_curve
+from headsweep.reports.report_table import display, reader_name, varies
+from headsweep.sweeps.specs import label_part
 from headsweep.reporting.plots import pyplot, save_figure
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.experiments.cells import Cell
-from headsweep.experiments.specs import SweepError, available, load_spec, spec_seeds, spec_source, split_parameters
+from headsweep.reports.cells import Cell
+from headsweep.sweeps.specs import SweepError, available, load_spec, spec_seeds, spec_source, split_parameters
 
 
 def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR) -> str | None:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from scipy.stats import pearsonr
 
-from headsweep.experiments.cells import Cell, Run, learning_curve
-from headsweep.experiments.report_table import display, fmt
+from headsweep.reports.cells import Cell, Run, learning_curve
+from headsweep.reports.report_table import display, fmt
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import mean_sd
 

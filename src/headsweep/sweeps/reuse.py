@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from headsweep import store
-from headsweep.experiments.jobs import Job, Sweep
-from headsweep.experiments.specs import SweepError
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.specs import SweepError
 from headsweep.store import Record, settings_diff
 from headsweep.training.runs import adopt_run, export_run, is_complete, read_results
 

@@ -125,7 +125,7 @@ def run_check(results: dict) -> dict:
     measured from its config (settings added since at their old values: model.init xavier) and seed."""
     if results.get("init_check"):
         return results["init_check"]
-    from headsweep.experiments.specs import ADDED_SETTINGS  # the old runs' init
+    from headsweep.store import ADDED_SETTINGS  # the old runs' init
 
     model = dict(results["config"]["model"])
     for key, value in ADDED_SETTINGS.items():
@@ -162,7 +162,7 @@ def init_check_table(labels: list[str], flats: list[dict], checks: list[dict],
 
 
 def init_check_section(cells) -> str:
-    """The report's section (cells: headsweep.experiments.cells.Cell, base first): each cell's check, from its
+    """The report's section (cells: headsweep.reports.cells.Cell, base first): each cell's check, from its
     first run (seed 1 where it has one)."""
     labels, flats, checks = [], [], []
     for c in cells:

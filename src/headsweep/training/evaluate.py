@@ -1,6 +1,6 @@
 """Score a checkpoint: greedy or beam search, optionally on the average of the run's last checkpoints.
 
-    python -m headsweep.experiments.evaluate --ckpt RUN_DIR_OR_CKPT [--split test_2016_flickr] [--beam 4] [--alpha 0.6]
+    python -m headsweep.training.evaluate --ckpt RUN_DIR_OR_CKPT [--split test_2016_flickr] [--beam 4] [--alpha 0.6]
                                  [--avg N] [--src FILE --ref FILE] [--max-len-extra 50]
 
 Writes detokenised hypotheses (one per line, in file order) to <run>/hypotheses/, prints sacreBLEU
@@ -88,7 +88,7 @@ def format_entry(entry: dict) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m headsweep.experiments.evaluate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m headsweep.training.evaluate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a checkpoint file or a run directory (its checkpoints/last.ckpt)")
     p.add_argument("--split", default=None, help="a split of the run's data (default: its test split)")
