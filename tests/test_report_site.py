@@ -260,6 +260,14 @@ def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
     # run under another name than its spec's (make sweep NAME=): matched to the spec it extends
     assert "**Incomplete: 4 of 6 planned runs** (`sweeps/two.yaml`" in incomplete("two_h200", cells, specs)
     assert incomplete("two", [seed_cell("a", 3), seed_cell("b", 3)], specs) is None
+    # a name that extends no spec: the note make sweep NAME= leaves beside its runs says which spec it is
+    for c in cells:
+        for r in c.runs:
+            r.dir = root / "renamed" / f"{c.label}-s{r.seed}"
+    assert incomplete("renamed", cells, specs).startswith("**Incomplete:** cells with fewer seeds")  # no note yet
+    (root / "renamed").mkdir()
+    (root / "renamed" / ".sweep.json").write_text('{"sweep": "renamed", "spec": "two"}')
+    assert "**Incomplete: 4 of 6 planned runs** (`sweeps/two.yaml`" in incomplete("renamed", cells, specs)
     # no spec to count from: the cells with fewer seeds are named
     assert incomplete("unknown", cells, specs) == ("**Incomplete:** cells with fewer seeds than the others: b (1 of 3). "
                                                    "Every number below is of the runs here.")

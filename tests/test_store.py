@@ -168,7 +168,7 @@ def test_migration_moves_runs_into_the_store_and_copies_become_views(tmp_path):
     assert record["output_dir"] == "multirun/a/h8-s1"
     assert record["references"]["test_2016_flickr"] == "../shared/data/multi30k/test_2016_flickr.en.gz"
     assert record["views"] == [{"sweep": "a", "job": "h8-s1", "tags": ["row-A", "cell-h8", "base"]},
-                               {"sweep": "b", "job": "h8-s1", "tags": ["row-B", "cell-h8", "base"]}]
+                               {"sweep": "b", "job": "h8-s1", "tags": ["row-B", "cell-h8", "base"], "lr_select": None}]
     # row B's report sees its base through its own view: sweep b, row B's tags; the corrupt one named
     runs, left_out = load_runs(results / "b", "b")
     assert [(r.dir.name, r.results["config"]["sweep"], r.base, r.cell) for r in runs] == [("h8-s1", "b", True, "h8")]
@@ -204,3 +204,18 @@ def test_a_relative_data_dir_not_on_this_machine_reads_the_configured_corpus(tmp
     assert run_data_dir({"dir": ".data/not-here"}) == configured_data_dir()
     (tmp_path / "here").mkdir()
     assert run_data_dir({"dir": "here"}) == Path("here")  # a directory that is there is the run's own
+
+
+def test_a_learning_rate_selection_belongs_to_its_view():
+    """A grid run (make sweep LR_GRID=) shown by a plain sweep is a plain run there, and a plain run shown by
+    a grid sweep is that sweep's grid run: lr_select is the view's, the record's own is its first view's."""
+    grid = {"phase": "grid", "grid": [0.001, 0.002], "select_on": "val/loss"}
+    record = store.Record.from_dict({"status": "complete", "config": {"seed": 1, "sweep": "g", "lr_select": grid},
+                                     "views": [{"sweep": "g", "job": "x-lr0.002-s1", "tags": ["lr-grid"]},
+                                               {"sweep": "plain", "job": "x-s1", "tags": ["base"]},
+                                               {"sweep": "g2", "job": "x-lr0.002-s1", "tags": ["lr-grid"],
+                                                "lr_select": {**grid, "grid": [0.002, 0.004]}}]})
+    assert store.as_seen(record, "g", "x-lr0.002-s1")["config"]["lr_select"] == grid
+    assert store.as_seen(record, "plain", "x-s1")["config"]["lr_select"] is None
+    assert store.as_seen(record, "g2", "x-lr0.002-s1")["config"]["lr_select"]["grid"] == [0.002, 0.004]
+    assert store.as_seen(record, "plain", "x-s1")["config"]["tags"] == ["base"]

@@ -785,3 +785,15 @@ def test_each_width_gets_its_scaled_learning_rate_as_a_plain_value(tmp_path):
     assert {k: float(v) for k, v in lr.items()} == pytest.approx({"dm128": 2e-3 * 2**0.5, "dm512": 2e-3 / 2**0.5})
     cfg = compose([*sweep.common, *sweep.jobs[0].overrides])
     assert cfg.module.peak_lr == pytest.approx(2e-3 * 2**0.5) and not OmegaConf.is_interpolation(cfg.module, "peak_lr")
+
+
+def test_a_sweep_named_apart_from_its_spec_notes_the_spec_beside_its_runs(tmp_path):
+    """make sweep NAME=: results/<name>/.sweep.json names the spec (or variant), so its report counts what that
+    spec plans; a sweep under its spec's own name needs no note."""
+    results = tmp_path / "results"
+    named = P.plan("kv_heads_init", seeds=1, root=tmp_path / "mr", results=results, name_as="kv_heads_lr")
+    L.note_spec(named)
+    assert json.loads((results / "kv_heads_lr" / ".sweep.json").read_text()) == {"sweep": "kv_heads_lr", "spec": "kv_heads_init"}
+    own = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
+    L.note_spec(own)
+    assert not (results / "table3_a" / ".sweep.json").exists()

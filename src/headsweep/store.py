@@ -438,9 +438,12 @@ def as_seen(record: Record, sweep: str, job: str) -> dict:
     view = record.view(sweep, job)
     if view is None:
         return results
-    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
-                         **({"lr_select": view["lr_select"]} if "lr_select" in view else {})}
     first = record.views[0]
+    # the learning-rate selection is the view's: a sweep that shows another sweep's grid run as a plain run
+    # must not see it as a grid run (the record's own lr_select belongs to its first view)
+    lr = view["lr_select"] if "lr_select" in view else (results["config"].get("lr_select") if view is first else None)
+    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
+                         **({"lr_select": lr} if lr is not None or "lr_select" in results["config"] else {})}
     if first is not view and "shared_from" not in results:
         results["shared_from"] = {"run": f"{first['sweep']}/{first['job']}", "sweep": first["sweep"],
                                   "tags": first.get("tags")}

@@ -166,7 +166,8 @@ def share_copy(results: Path, copy: Path, record: Record, out) -> None:
         print(f"  {copy.parent.name}/{copy.name}: {len(only_copy)} files only the copy had (e.g. {only_copy[0]}) "
               f"kept in {store}", file=out)
     stored = read_record(store)
-    view = {"sweep": copy.parent.name, "job": copy.name, "tags": list(record.config.get("tags") or [])}
+    view = {"sweep": copy.parent.name, "job": copy.name, "tags": list(record.config.get("tags") or []),
+            "lr_select": record.config.get("lr_select")}  # the copy's own selection (make sweep LR_GRID=)
     if stored.view(copy.parent.name, copy.name) is None:
         stored.views.append(view)
         write_record(store, stored)

@@ -423,6 +423,10 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     for d, why in left_out:
         print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
     runs, grid_runs = split_grid_runs(runs)  # a learning-rate grid's runs (LR_GRID=) are no seeds of their cells
+    if not runs and grid_runs:
+        raise ReportError(f"only the learning-rate grid's runs in {sweep_dir} so far ({len(grid_runs)} of phase 1): the "
+                          "report's cells are the seeds at each cell's chosen rate (phase 2); resume the same "
+                          "`make sweep ... LR_GRID=...` command")
     if not runs:
         raise ReportError(f"no usable runs in {sweep_dir} ({len(left_out)} left out); "
                           f"run or resume `make sweep SWEEP={sweep}` first")

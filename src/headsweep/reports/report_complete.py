@@ -5,6 +5,7 @@ longest spec name it starts with."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
@@ -12,17 +13,21 @@ from headsweep.reports.cells import Cell
 from headsweep.sweeps.specs import SweepError, available, load_spec, spec_seeds, spec_source, split_parameters
 
 
-def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR) -> str | None:
-    """The spec a sweep was run from: its own name, else the longest spec name it extends (name_*)."""
+def spec_of(sweep: str, specs_dir: Path = SWEEPS_DIR, results: Path | None = None) -> str | None:
+    """The spec a sweep was run from: its own name, else the one `make sweep NAME=` noted in
+    results/<sweep>/.sweep.json, else the longest spec name it extends (name_*: sweeps named before the note)."""
     names = available(specs_dir)
     if sweep in names:
         return sweep
+    note = (results / sweep / ".sweep.json") if results is not None else None
+    if note is not None and note.is_file() and (spec := json.loads(note.read_text()).get("spec")) in names:
+        return spec
     return max((n for n in names if sweep.startswith(n + "_")), key=len, default=None)
 
 
-def planned_runs(sweep: str, specs_dir: Path = SWEEPS_DIR) -> tuple[str, int, int] | None:
+def planned_runs(sweep: str, specs_dir: Path = SWEEPS_DIR, results: Path | None = None) -> tuple[str, int, int] | None:
     """(where its spec is, cells, seeds) the sweep's spec plans, or None where no readable spec is known."""
-    name = spec_of(sweep, specs_dir)
+    name = spec_of(sweep, specs_dir, results)
     if name is None:
         return None
     try:
@@ -38,7 +43,8 @@ def incomplete(sweep: str, cells: list[Cell], specs_dir: Path = SWEEPS_DIR) -> s
     most = max(len(c.runs) for c in cells)
     short = [f"{c.label} ({len(c.runs)} of {most})" for c in cells if len(c.runs) < most]
     fewer = f"cells with fewer seeds than the others: {', '.join(short)}" if short else ""
-    plan = planned_runs(sweep, specs_dir)
+    run_dir = getattr(cells[0].runs[0], "dir", None)  # results/<sweep>/<run>: the results root two up
+    plan = planned_runs(sweep, specs_dir, run_dir.parent.parent if run_dir is not None else None)
     if plan is not None:
         source, n_cells, n_seeds = plan
         if runs < n_cells * n_seeds:

@@ -29,7 +29,7 @@ from headsweep.config import CONF_DIR
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import adopt_trained, export_finished, share_identical
 from headsweep.sweeps.specs import SweepError
-from headsweep.training.runs import RESULTS, is_complete, read_results
+from headsweep.training.runs import RESULTS, is_complete, read_results, write_json
 
 JOB_GROUP = "sweep_job"
 
@@ -136,6 +136,16 @@ def list_jobs(sweep: Sweep, done: set[str], todo: list[Job], out) -> None:
         print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
 
 
+SWEEP_NOTE = ".sweep.json"  # results/<name>/.sweep.json: the spec a sweep run under another name came from
+
+
+def note_spec(sweep: Sweep) -> None:
+    """A sweep named apart from its spec (NAME=) says which spec it is, so its report knows what it plans."""
+    if sweep.spec and sweep.spec != sweep.name and (results := next((j.export.parent for j in sweep.jobs if j.export), None)):
+        results.mkdir(parents=True, exist_ok=True)
+        write_json(results / SWEEP_NOTE, {"sweep": sweep.name, "spec": sweep.spec})
+
+
 def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     """Run the jobs not yet complete; print the summary. 0 when every job is complete at the end."""
     out = out or sys.stdout
@@ -155,6 +165,7 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     if sweep.on_gpu and not torch.cuda.is_available():
         raise SweepError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep "
                          "on a machine with a GPU")
+    note_spec(sweep)
     if not todo:
         print(f"nothing to run: every job{' --only selects' if later else ''} is complete. "
               f"Next: make report SWEEP={sweep.name}", file=out)

@@ -62,7 +62,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
         key = o.lstrip("+~").split("=", 1)[0]
         if key in RESERVED:
             raise SweepError(f"override '{o}': {key} is set per job by the sweep; drop it")
-    name = name_as or name
+    spec_name, name = name, name_as or name
     constants, cells = split_parameters(spec)
     cores = cores or os.cpu_count() or 1
     on_gpu, device = sweep_device(name, results, [*constants, *extra])
@@ -86,7 +86,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     for line in confound_lines(name, labels, [c[0] for c in composed], checks):
         print(line, flush=True)
 
-    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu)
+    sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu, spec=spec_name)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags, analysis, plain, _)) in enumerate(zip(cells, labels, composed)):
