@@ -3,6 +3,7 @@ early plateau is flagged and kept, each cell shown with and without its stuck ru
 named, the threshold rule on known numbers and on the shipped runs, a bad --stuck-threshold refused in one
 line before anything is written, and the last third's share of the val-loss drop by hand."""
 
+import os
 import statistics
 from pathlib import Path
 
@@ -158,3 +159,16 @@ def test_last_third_share_by_hand(sweep_root):
     assert got["share"] == pytest.approx(1 / 3) and (got["first"], got["last"]) == (200, 800)
     write_curve(run.dir, {200: (1.0, 5.0)})
     assert last_third_share(run) is None  # one validation: nothing to say
+
+
+def test_a_learning_rate_grids_runs_are_not_pooled_for_the_threshold():
+    """At a small peak rate a grid run starts slowly by design (kv_heads_lr's base at 5e-4 sits ~0.7 above the
+    base at step 460): pooled, such runs moved the threshold from 0.313 to 0.667. They are no seeds of a cell."""
+    root = Path(__file__).resolve().parents[1] / "results"
+    if not (root / "kv_heads_lr").is_dir():
+        pytest.skip("the shipped results are not in this checkout")
+    assert any("-lr0.0005-" in p.name for p in (root / "kv_heads_lr").iterdir())  # the grid runs are there
+    pool = R.early_pool(root, ["kv_heads_lr"])
+    assert pool["runs"] and not any("-lr0." in name for name in pool["runs"])
+    assert len(pool["runs"]) == len({os.path.realpath(p) for p in (root / "kv_heads_lr").iterdir()
+                                     if p.is_dir() and "-lr0." not in p.name})  # each chosen-rate run once
