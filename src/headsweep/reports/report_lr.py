@@ -159,6 +159,7 @@ def loss_plot(sweep: str, order: list[str], by_cell: dict, chosen: dict, grid: l
                            label=f"{label} @ {lr_text(v)}")
     left.set_xscale("log")
     left.set_xticks(grid, [lr_text(v) for v in grid])
+    left.minorticks_off()  # a log axis labels minor ticks too (6e-4 beside 0.0005): only the grid's rates
     left.set_xlabel("peak learning rate")
     left.set_ylabel("final val loss (seed 1)")
     left.legend(fontsize=7)
