@@ -809,3 +809,13 @@ def test_a_sweep_named_apart_from_its_spec_notes_the_spec_beside_its_runs(tmp_pa
     own = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
     L.note_spec(own)
     assert not (results / "table3_a" / ".sweep.json").exists()
+
+
+def test_a_job_whose_run_the_store_holds_keeps_its_view_as_its_export():
+    """results/<sweep>/<job> is a link into the store; the job must keep that path, not the store entry it resolves
+    to, or what it writes for this sweep (its learning-rate selection, its tags) lands in the shared record."""
+    sweep = P.plan("table3_b", seeds=1, budget="ablation", root=SWEEPS_DIR.parent / "multirun", results=SHIPPED)
+    base = sweep.jobs[0]
+    if not (SHIPPED / "table3_b" / base.name).is_symlink():
+        pytest.skip("the shipped results are not in this checkout")
+    assert base.export == SHIPPED.absolute() / "table3_b" / base.name and base.export.is_symlink() and base.done

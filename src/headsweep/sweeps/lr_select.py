@@ -134,7 +134,7 @@ def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, re
     tags += [f"cell-{cell}"] * grid_run + ["lr-grid" if grid_run else "lr-chosen", f"lr{lr_text(lr)}"]
     return replace(template, name=name, cell=cell, base=template.base and not grid_run, tags=tags,
                    overrides=[*keep, f"{LR_KEY}={lr!r}", _override(record), f"seed={template.seed}"],
-                   dir=sweep.dir / name, export=(results / sweep.name / name).resolve(), same_as=None, trained_as=None)
+                   dir=sweep.dir / name, export=Path(os.path.abspath(results / sweep.name / name)), same_as=None, trained_as=None)
 
 
 def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *, results: Path | None,

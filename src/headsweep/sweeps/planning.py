@@ -96,7 +96,7 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
                 name=run, cell=label, seed=seed,
                 overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}", *card],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
-                dir=sweep.dir / run, base=i == 0, export=(results / name / run).resolve() if results else None,
+                dir=sweep.dir / run, base=i == 0, export=Path(os.path.abspath(results / name / run)) if results else None,
                 analysis=analysis,
             )
             find_reuse(job, flat, finished)
