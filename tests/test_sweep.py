@@ -260,7 +260,7 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
+    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
