@@ -246,18 +246,32 @@ def schema_note() -> str | None:
 
 # -- paths in a record --------------------------------------------------------------------------------------
 
+def strings(obj):
+    """Every string in a record's nested dicts and lists."""
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from strings(v)
+    elif isinstance(obj, str):
+        yield obj
+
+
+def map_strings(obj, fn):
+    """`obj` with every string in its nested dicts and lists replaced by fn(string)."""
+    if isinstance(obj, dict):
+        return {k: map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [map_strings(v, fn) for v in obj]
+    return fn(obj) if isinstance(obj, str) else obj
+
+
 def relative_paths(obj, roots: list[str]):
     """`obj` with every string that is an absolute path under one of `roots` (a checkout the run was trained
     or exported in) made relative to it: a record names no machine's directories."""
-    if isinstance(obj, dict):
-        return {k: relative_paths(v, roots) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [relative_paths(v, roots) for v in obj]
-    if isinstance(obj, str) and obj.startswith("/"):
-        for root in sorted(roots, key=len, reverse=True):
-            if obj.startswith(root.rstrip("/") + "/"):
-                return obj[len(root.rstrip("/")) + 1:]
-    return obj
+    prefixes = [root.rstrip("/") + "/" for root in sorted(roots, key=len, reverse=True)]
+    return map_strings(obj, lambda s: next((s[len(p):] for p in prefixes if s.startswith(p)), s))
 
 
 def local_path(path: str | Path) -> Path:

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from headsweep.store import (RESULTS, RUNS, SCHEMA_VERSION, CorruptRecord, Record, experiment_key, link_view,
-                             read_record, relative_paths, store_dir, write_record)
+                             read_record, relative_paths, store_dir, strings, write_record)
 
 
 class MigrationError(ValueError):
@@ -33,26 +33,12 @@ class MigrationError(ValueError):
 
 def machine_roots(raw: dict) -> list[str]:
     """The checkouts a record's absolute paths point into: what precedes /multirun/ or /results/."""
-    roots, stack = set(), [raw]
-    while stack:
-        obj = stack.pop()
-        if isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, list):
-            stack.extend(obj)
-        elif isinstance(obj, str) and obj.startswith("/"):
-            for marker in ("/multirun/", "/results/"):
-                if marker in obj:
-                    roots.add(obj.split(marker, 1)[0])
-    return sorted(roots)
+    return sorted({s.split(marker, 1)[0] for s in absolute_paths(raw) for marker in ("/multirun/", "/results/")
+                   if marker in s})
 
 
 def absolute_paths(obj) -> list[str]:
-    if isinstance(obj, dict):
-        return [p for v in obj.values() for p in absolute_paths(v)]
-    if isinstance(obj, list):
-        return [p for v in obj for p in absolute_paths(v)]
-    return [obj] if isinstance(obj, str) and obj.startswith("/") else []
+    return [s for s in strings(obj) if s.startswith("/")]
 
 
 def migrated(record: Record, sweep: str, job: str) -> Record:

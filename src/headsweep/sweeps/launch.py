@@ -141,9 +141,7 @@ SWEEP_NOTE = ".sweep.json"  # results/<name>/.sweep.json: the spec a sweep run u
 
 def note_spec(sweep: Sweep) -> None:
     """A sweep named apart from its spec (NAME=) says which spec it is, so its report knows what it plans."""
-    # a job's export is results/<name>/<job> (a view), unless planning pointed it at the store entry it shows
-    folders = [j.export.parent for j in sweep.jobs if j.export is not None and j.export.parent.name == sweep.name]
-    if sweep.spec and sweep.spec != sweep.name and (results := next(iter(folders), None)):
+    if sweep.spec and sweep.spec != sweep.name and (results := next((j.export.parent for j in sweep.jobs if j.export), None)):
         results.mkdir(parents=True, exist_ok=True)
         write_json(results / SWEEP_NOTE, {"sweep": sweep.name, "spec": sweep.spec})
 

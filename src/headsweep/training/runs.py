@@ -18,7 +18,7 @@ import torch
 
 from headsweep import store
 from headsweep.data.files import atomic_write
-from headsweep.store import RESULTS, CorruptRecord, Record, read_record, write_record
+from headsweep.store import RESULTS, CorruptRecord, Record, map_strings, read_record, write_record
 from headsweep.training.module import TranslationModule
 
 
@@ -259,13 +259,7 @@ def _link_or_copy(src: str, dst: str) -> str:
 
 def _rebase(obj, old: str, new: str):
     """`obj` with every string that is the path `old`, or a path under it, moved under `new`."""
-    if isinstance(obj, dict):
-        return {k: _rebase(v, old, new) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_rebase(v, old, new) for v in obj]
-    if isinstance(obj, str) and (obj == old or obj.startswith(old + os.sep)):
-        return new + obj[len(old):]
-    return obj
+    return map_strings(obj, lambda s: new + s[len(old):] if s == old or s.startswith(old + os.sep) else s)
 
 
 def _complete_results(run_dir: Path, verb: str) -> dict:
