@@ -297,6 +297,26 @@ def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_
     assert hd.row["delta"] == pytest.approx(-2.0)
 
 
+def test_paths_of_runs_another_sweep_shares_are_no_columns(tmp_path):
+    """A sweep that shows runs of another sweep (the store's views) names them its own way: the paths in
+    their configs name the job they trained as, not this sweep's view, and must not become columns."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "results" / "heads_fixed_dk_fan_in"
+    for h in (8, 4):
+        run = make_run(root, data, h, 1, 30.0 + h, CELLS[h]["hyps"])
+        view = root / f"{run.name[:-3]}-lr0.002-s1"  # this sweep's name for the shared run
+        run.rename(view)
+        results = json.loads((view / "results.json").read_text())
+        results["hypotheses"]["test.beam"] = str(view / "hypotheses" / "test.beam.en")
+        write_results(view, results)
+    runs, _ = R.load_runs(root)
+    assert [r.results["run_name"] for r in runs] != [r.dir.name for r in runs]
+    assert runs[0].dir.name not in runs[0].flat["trainer.default_root_dir"]  # it names the job it trained as
+    assert R.varied_keys(R.group_cells(runs)) == ["model.heads", "model.d_k", "model.d_v"]
+
+
 def curves_for_every_run(sweep_dir: Path, rising: str | None = None) -> None:
     """Validation every 230 steps, val loss falling in every run; in `rising` (a run's name) it goes up once,
     at step 690."""

@@ -122,15 +122,23 @@ def hypotheses_path(run: Run) -> Path:
 BOOKKEEPING = ("module.model.", "callbacks.", "logger.", "threads", "trainer.devices", "lr_select")
 
 
+def names_the_run(run: Run, value) -> bool:
+    """Whether a config value is a per-run path: it names the run's view (results/<sweep>/<job>) or the job
+    it trained as, which differ for a run another sweep shares (the store shows it under this sweep's name)."""
+    names = {run.dir.name, run.results.get("run_name")} - {None, ""}
+    return any(n in str(value) for n in names)
+
+
 def varied_keys(cells: list[Cell]) -> list[str]:
     """Config keys that differ between cells and are constant within each (so not seeds), leaving out
-    per-run paths (a value naming the run's directory), module.model (a copy of model) and BOOKKEEPING."""
+    per-run paths (names_the_run), module.model (a copy of model) and BOOKKEEPING."""
     keys = []
     every = set.intersection(*(set(r.flat) for c in cells for r in c.runs))
     for k in cells[0].runs[0].flat:
         # where the data come from is no setting (store.NOT_EXPERIMENT); a key that only newer runs record and
         # flatten_config has no old behaviour for is not one either (a copied older run has none of it)
-        if k.startswith(BOOKKEEPING) or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT or k not in every or any(r.dir.name in str(r.flat.get(k)) for c in cells for r in c.runs) \
+        if k.startswith(BOOKKEEPING) or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT or k not in every \
+                or any(names_the_run(r, r.flat.get(k)) for c in cells for r in c.runs) \
                 or follows_heads(k, [r.flat for c in cells for r in c.runs]):
             continue
         per_cell = [{repr(r.flat.get(k)) for r in c.runs} for c in cells]
