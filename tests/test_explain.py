@@ -71,7 +71,7 @@ def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
     assert narrow["level"] == [] and narrow["p_vs_best"][1] < 0.05 and narrow["p_vs_best"][8] < 0.05
     assert wide["best"] == 8 and wide["level"] == [32]  # 0.1 apart with sd 0.14: level
     text = explain.write(tmp_path, ["w"], tmp_path / "out").read_text()
-    assert "| 128 | 32-true | 32.20 ± 0.20 (3), p " in text and "| **2** (64) | none |" in text
+    assert "| 128 | 32-true | 32.20 ± 0.20 (3)<br>p " in text and "| **2** (64) | none |" in text
     assert "| **8** (64) | 32 |" in text
     assert '<figure><img src="explain-best-h.png" alt="Figure 2. Row A at each width: test BLEU against h' in text
     assert (tmp_path / "out" / "explain-best-h.png").stat().st_size > 0
@@ -110,3 +110,25 @@ def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_other
     assert "left out, not at the ablation budget's 1150 steps: long (2300 steps)" in capsys.readouterr().out
     assert "# Heads or head width? Every cell of a (1150 steps each)" in (tmp_path / "out" / "explain.md").read_text()
     assert sorted(reads) == ["a", "long"]  # each sweep's results read once (results/ holds hundreds of runs)
+
+
+def test_the_fit_takes_one_protocol_the_most_common_unless_init_names_another(tmp_path, capsys):
+    """Xavier's init scale moves with h (issue 42), so a fit over both protocols would blend two answers: the
+    view takes the protocol most runs share, --init the other, and the rest are named as left out."""
+    xavier = ["model.init=xavier", "module.decay_by=steps_or_time"]
+    for h, bleu in ((8, 34.0), (16, 33.0), (32, 27.0)):
+        for seed in (1, 2):
+            fake_run(tmp_path, "old", f"h{h}-s{seed}", seed, bleu + seed / 10,
+                     [f"model.heads={h}", "model.d_k=32", "model.d_v=32", *xavier])
+    for h, bleu in ((8, 34.0), (16, 31.0), (32, 23.0)):
+        fake_run(tmp_path, "new", f"h{h}-s1", 1, bleu, [f"model.heads={h}", "model.d_k=32", "model.d_v=32"])
+    points, left_out = explain.collect(tmp_path, ["old", "new"])
+    assert {p.sweep for p in points} == {"old"} and len(points) == 6
+    assert "new/h32-s1: model.init = 'fan_in' (default 'xavier')" in left_out
+    out = tmp_path / "out"
+    assert explain.main(["--root", str(tmp_path), "--out", str(out), "--init", "fan_in"]) == 0
+    text = (out / "explain.md").read_text()
+    assert "3 runs in 3 cells, every one trained under model.init fan_in, module.decay_by steps (--init fan_in" in text
+    assert "- old/h8-s1: model.init = 'xavier' (default 'fan_in')" in text
+    assert explain.main(["--root", str(tmp_path), "--out", str(out), "--init", "xavier"]) == 0
+    assert "6 runs in 3 cells, every one trained under model.init xavier" in (out / "explain.md").read_text()

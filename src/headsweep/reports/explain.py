@@ -16,7 +16,8 @@ d_v = d_model / h, so only h varies) side by side, the best h, and which h a Wel
 cannot tell apart from it.
 
 Only cells that differ from the default model in these sizes enter the fit, each at its width's default
-learning rate; a cell with another change (head dropout, fixed heads, ...) is listed as left out. Reads only
+learning rate, all under one training protocol (model.init, module.decay_by: the one most runs share, or
+--init's); a cell with another change (head dropout, fixed heads, another protocol, ...) is listed as left out. Reads only
 results/.
 """
 
@@ -27,6 +28,7 @@ import functools
 import math
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +82,28 @@ def default_lr(d_model: int) -> float:
     return float(compose(["budget=ablation", f"model.d_model={d_model}"]).module.peak_lr)
 
 
-def collect(root: Path, sweeps: list[str], loaded: dict | None = None) -> tuple[list[Point], list[str]]:
-    """Each run of the sweeps that fits the view, and one line per run left out (and why)."""
-    default = _settings(flatten_config(compose(["budget=ablation"])))
-    points, left_out, seen = [], [], {}
+# The training protocol (issue 42): how attention is initialised and what the schedule follows. The fit takes
+# one protocol, never a mix: the init changes what the sizes cost (xavier's scale moves with h, d_k, d_v).
+PROTOCOL = ("model.init", "module.decay_by")
+
+
+def protocol_of(loaded: dict[str, tuple[list, list]], init: str | None = None) -> dict:
+    """The protocol most runs of the view trained under, or the most common one with model.init `init`."""
+    counts = Counter(tuple(r.flat.get(k) for k in PROTOCOL) for runs, _ in loaded.values() for r in runs
+                     if init is None or r.flat.get("model.init") == init)
+    if not counts:
+        raise ReportError(f"no run of the view trained with model.init={init}: drop --init, or run such a sweep")
+    return dict(zip(PROTOCOL, counts.most_common(1)[0][0]))
+
+
+def collect(root: Path, sweeps: list[str], loaded: dict | None = None,
+            protocol: dict | None = None) -> tuple[list[Point], list[str]]:
+    """Each run of the sweeps that fits the view (the default model under `protocol`, by default the most
+    common one), and one line per run left out (and why)."""
     loaded = loaded or read(root, sweeps)
+    protocol = protocol or protocol_of(loaded)
+    default = _settings(flatten_config(compose(["budget=ablation", *(f"{k}={v}" for k, v in protocol.items())])))
+    points, left_out, seen = [], [], {}
     for sweep in sweeps:
         runs, unfinished = loaded[sweep]
         left_out += [f"{sweep}/{d.name}: {why}" for d, why in unfinished]
@@ -222,16 +241,16 @@ def best_h_lines(rows: list[dict]) -> list[str]:
     hs = sorted({h for r in rows for h in r["cells"]})
     lines = ["## The best h at each width (row A: d_k = d_v = d_model / h)", "",
              "Test BLEU, mean ± sd (seeds); each width in one precision; p: Welch's t-test over the seeds of each h "
-             "against the best h of its width.", "",
-             "| d_model | precision | " + " | ".join(f"h = {h}" for h in hs) + " | best h (d_k) | h the seeds cannot tell "
-             "from the best (p ≥ 0.05) |", "|---:|---|" + "---:|" * len(hs) + "---|---|"]
+             "against the best h of its width; level: the h whose seeds it cannot tell from the best.", "",
+             "| d_model | precision | " + " | ".join(f"h = {h}" for h in hs) + " | best h (d_k) | h level with the best "
+             "(p ≥ 0.05) |", "|---:|---|" + "---:|" * len(hs) + "---|---|"]
     for r in rows:
         cells = []
         for h in hs:
             c = r["cells"].get(h)
             p = r["p_vs_best"].get(h)
             cells.append("—" if c is None else f"{c['mean']:.2f} ± {c['sd']:.2f} ({c['n']})"
-                         + ("" if h == r["best"] or p is None else f", p {fmt_p(p)}"))
+                         + ("" if h == r["best"] or p is None else f"<br>p {fmt_p(p)}"))  # two lines: fits the page
         level = ", ".join(map(str, r["level"])) or "none"
         lines.append(f"| {r['d_model']} | {r['precision']} | " + " | ".join(cells)
                      + f" | **{r['best']}** ({r['d_model'] // r['best']}) | {level} |")
@@ -289,16 +308,21 @@ def figure(points: list[Point], path: Path) -> Path:
     return path
 
 
-def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None) -> Path:
+def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, init: str | None = None) -> Path:
     loaded = loaded or read(root, sweeps)
     steps = check_budget(loaded)
-    points, left_out = collect(root, sweeps, loaded)
+    protocol = protocol_of(loaded, init)
+    points, left_out = collect(root, sweeps, loaded, protocol)
+    why = (f"--init {init}" if init else "the protocol most runs of the view share") + \
+        "; `make explain ARGS='--init xavier'` or `'--init fan_in'` fits one"
     result = fit(points)
     out.mkdir(parents=True, exist_ok=True)
     png = figure(points, out / "explain-bleu-dk.png")
     precisions = sorted({p.precision for p in points})
     lines = [f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)", "",
-             f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells; "
+             f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells, every one trained under "
+             f"{', '.join(f'{k} {v}' for k, v in protocol.items())} ({why}; runs of another protocol are left out, "
+             "below); "
              f"precision {', '.join(precisions)}" + (" (mixed across sweeps, never within one: the fit has a term "
                                                      "for it; see docs/throughput.md)" if len(precisions) > 1 else ""),
              "", md_figure(png.name, "Figure 1. Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the "
@@ -346,13 +370,15 @@ def main(argv: list[str] | None = None) -> int:
                                                      "the ablation budget's steps)")
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument("--init", choices=["xavier", "fan_in"], default=None,
+                        help="fit the runs of this model.init (default: the protocol most runs share)")
     args = parser.parse_args(argv)
     try:
         named = [s for s in args.sweeps.split(",") if s]
         loaded, said = (read(args.root, named), []) if named else at_the_ablation_budget(args.root)
         for line in said:
             print(line)
-        path = write(args.root, list(loaded), args.out, loaded)
+        path = write(args.root, list(loaded), args.out, loaded, args.init)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
