@@ -11,11 +11,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from headsweep.sweeps import launch as L, planning as P, specs as SP, sweep as S
+from headsweep.sweeps import launch as L, lr_select as LS, planning as P, specs as SP, sweep as S
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.specs import format_value
 from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
 from headsweep.training.runs import is_complete
+from headsweep.store import as_seen, read_record
 
 from conftest import needs_data, seen, stored_run, tiny_overrides, write_results
 SPECS = sorted(p for p in SWEEPS_DIR.glob("*.yaml") if not p.stem.startswith("_"))  # the spec files
@@ -175,7 +176,8 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
     """Every sweep, spec and variant alike, composes each cell (its model built on the meta device) and plans
     the jobs, names and overrides it planned as a file of its own (FROZEN): its finished runs stay its jobs."""
     monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)  # ${auto_precision:} as when frozen
-    results = SWEEPS_DIR.parent / "results"
+    # a _fan_in variant's shipped runs ran at per-cell rates (LR_GRID, test_shipped_...): plan it from no results
+    results = tmp_path / "results" if name.endswith("_fan_in") else SWEEPS_DIR.parent / "results"
     sweep = P.plan(name, seeds=1, budget="ablation", root=tmp_path, results=results, jobs=1, cores=2)
     spec, _ = SP.load_spec(name)
     n_cells = 1
@@ -746,10 +748,17 @@ def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cp
     sweeps = sorted(d.name for d in shipped.iterdir() if d.name in NAMES)  # specs and variants alike
     assert {"table3_a", "table3_b", "heads_specialise", "heads_fixed_dk_fp32", "kv_heads_init"} <= set(sweeps)
     for name in sweeps:
-        sweep = P.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped)
         on_disk = {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")}
-        assert on_disk <= {j.name for j in sweep.jobs}, name
-        assert {j.name for j in sweep.jobs if j.done} == on_disk, name
+        grids = {json.dumps((as_seen(read_record(shipped / name / d), name, d)["config"].get("lr_select") or {}).get("grid"))
+                 for d in on_disk}
+        if grids != {"null"}:  # run with LR_GRID: both phases, at the grid its runs recorded
+            (grid,) = grids
+            lr = LS.plan_lr(name, None, [], json.loads(grid), results=shipped, budget="ablation", root=tmp_path)
+            jobs = lr.grid_sweep.jobs + LS.chosen_sweep(lr)[0].jobs
+        else:
+            jobs = P.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped).jobs
+        assert on_disk <= {j.name for j in jobs}, name
+        assert {j.name for j in jobs if j.done} == on_disk, name
     table3_a = P.plan("table3_a", seeds=None, budget="ablation", root=tmp_path, results=shipped)
     assert len(table3_a.jobs) == 18 and all(j.done for j in table3_a.jobs)
 
