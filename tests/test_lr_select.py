@@ -226,6 +226,10 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
                 f"model.heads={heads}", f"module.peak_lr={chosen}", "sweep=g", f"tags=[{tags}]",
                 f"lr_select={{phase:chosen,grid:{grid},chosen:{chosen},default:0.002}}", f"data.dir={data}"],
                 metrics={"test/bleu": b, "val/loss": 2.2}, params={"total": 7_577_600})
+    # another sweep ran the base's experiment (seed 1) at 4e-3, past the grid's top, and did worse
+    fake_run(root, "other", "h8-dk32-dv32-lr0.004-s1", 1, 20.0, [
+        "model.heads=8", "module.peak_lr=0.004", "sweep=other", f"data.dir={data}"],
+        metrics={"test/bleu": 20.0, "val/loss": 3.1}, params={"total": 7_577_600})
     paths = write_report("g", root, tmp_path / "reports", n_samples=10)
     md = paths[0].read_text()
     assert "6 runs (3 seeds per cell) in 2 cells" in md  # the 4 grid runs are no seeds of their cells
@@ -235,8 +239,11 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
     # at the default rate (2e-3, seed 1): h4 31.0 vs base 34.0; at the chosen: 33.5 vs 34.0; seeds 2..N: 32.5 vs 33.5
     assert "31.00 (-3.00)" in md and "33.50 (-0.50)" in md and "32.50 (-1.00) (n=2)" in md
     assert (tmp_path / "reports" / "g-lr.png").is_file()
-    # with a grid of two rates every choice is an edge: the report says the optimum may lie beyond it
-    assert "**At the grid's edge: 2 of 2 cells**" in md and "h4-dk64-dv64 (0.001)" in md
+    # with a grid of two rates every choice is an edge: the report says the optimum may lie beyond it, unless
+    # a run past the edge in results/ did worse (the base's 4e-3 run of sweep `other`)
+    assert "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.001)." in md
+    assert ("- h8-dk32-dv32 chose 0.002, the grid's edge, at val loss 2.200; the same experiment and seed past that "
+            "edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100).") in md
 
 
 def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
@@ -246,6 +253,13 @@ def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
         "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002).", ""]
     flagged = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid)[0]
     assert "2 of 3 cells" in flagged and "b (0.002)" in flagged and "c (0.0005)" in flagged and "a (" not in flagged
+    # a run past b's edge that did worse brackets b; one past c's that did better keeps c flagged, and names it
+    lines = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid, {"b": {4e-3: 3.1}, "c": {2.5e-4: 2.0}},
+                       {"a": 2.3, "b": 2.2, "c": 2.4})
+    assert "1 of 3 cells" in lines[0] and "c (0.0005) [past it, in results/: 0.00025 val loss 2.000]" in lines[0]
+    assert lines[1].startswith("- b chose 0.002, the grid's edge, at val loss 2.200;") and "0.004 (val loss 3.100)" in lines[1]
+    assert edge_lines({"b": 2e-3}, grid, {"b": {4e-3: 3.1}}, {"b": 2.2})[0] == (
+        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), or at its edge with a worse run past it (below).")
 
 
 @pytest.mark.slow  # three tiny trainings through the real Hydra multirun

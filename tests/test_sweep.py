@@ -763,6 +763,23 @@ def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cp
     assert len(table3_a.jobs) == 18 and all(j.done for j in table3_a.jobs)
 
 
+def test_planning_a_grid_sweep_without_its_grid_names_the_grid_to_pass(tmp_path, bf16_cpu):
+    """Runs whose rate a grid chose differ from a plan without the grid only in module.peak_lr: the one line
+    says which grid they ran with and how to pass it, not only that the settings differ."""
+    shipped = SWEEPS_DIR.parent / "results"
+    with pytest.raises(S.SweepError, match=r"h16-dk32-dv32-s1 holds a run with other settings than job h16-dk32-dv32-s1 "
+                                           r"\(1 differ, e.g. module.peak_lr: 0.001 there, 0.002 here\); it ran with the "
+                                           r"learning-rate grid 0.0005,0.001,0.002: plan with that grid "
+                                           r"\(LR_GRID=0.0005,0.001,0.002, --lr-grid=0.0005,0.001,0.002\)$"):
+        P.plan("heads_fixed_dk_fan_in", seeds=None, budget="ablation", root=tmp_path, results=shipped)
+    results = tmp_path / "results"  # another setting differs too: the usual advice, no grid named
+    sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+    finished_export(sweep, sweep.jobs[0], **{"trainer.max_steps": 123, "module.peak_lr": 0.001,
+                                             "lr_select": {"phase": "chosen", "grid": [0.001, 0.002]}})
+    with pytest.raises(S.SweepError, match=r"2 differ, .*; move it away or pass --results DIR$"):
+        P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
+
+
 def test_a_sweep_keeps_the_precision_its_finished_jobs_ran_with(tmp_path, monkeypatch):
     """Precision is machine-dependent (${auto_precision:}); a sweep's finished jobs fix it for the rest,
     and every way of mixing precisions stops the plan with one line."""

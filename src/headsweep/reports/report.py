@@ -442,7 +442,7 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
         c.row["measured"] = speed.get(c.label, {})
     out_dir.mkdir(parents=True, exist_ok=True)
     curves = learning_curves(sweep, cells, out_dir)
-    lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir)
+    lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir, root)
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
     head = title(sweep, cells, keys)
     sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]

@@ -9,7 +9,9 @@ import math
 import statistics
 from pathlib import Path
 
+from headsweep import store
 from headsweep.reports.cells import Cell, Run, learning_curve
+from headsweep.sweeps.reuse import finished_runs
 from headsweep.sweeps.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
 from headsweep.reports.report_table import display
 from headsweep.reporting.markdown import table as markdown_table
@@ -49,8 +51,10 @@ def _mean(xs: list[float]) -> float | None:
     return statistics.fmean(xs) if xs else None
 
 
-def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Path) -> tuple[str, list]:
-    """(markdown, figures) of the learning-rate choice; ("", []) for a sweep without a grid."""
+def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Path,
+               root: Path | None = None) -> tuple[str, list]:
+    """(markdown, figures) of the learning-rate choice; ("", []) for a sweep without a grid. `root` (the
+    results root): where to look for a chosen edge rate's neighbour beyond the grid (beyond_edge)."""
     if not grid_runs:
         return "", []
     by_cell: dict[str, dict[float, Run]] = {}
@@ -80,24 +84,73 @@ def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Pat
                      lr_text(chosen[label]) if label in chosen else "waits", lr_text(default) if default else "–"])
     md += [f"Final val loss of seed 1 ({SELECT_ON}) at each rate; the chosen one in bold:", "",
            *markdown_table(header, rows), ""]
-    md += edge_lines(chosen, grid)
+    md += edge_lines(chosen, grid, beyond_edge(root, by_cell, chosen, grid) if root else {},
+                     {label: _loss(by_cell[label][v]) for label, v in chosen.items()})
     md += comparison(cells, by_cell, chosen)
     figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
     return "\n".join(md), figures
 
 
-def edge_lines(chosen: dict[str, float], grid: list[float]) -> list[str]:
+def _without_rate(config: dict) -> str:
+    """The experiment's key less its peak rate: the same run at another rate shares it."""
+    settings = {k: v for k, v in store.saved_settings(config).items() if k != LR_KEY}
+    return store.settings_key(settings, config.get("seed"))
+
+
+def beyond_edge(root: Path, by_cell: dict[str, dict[float, Run]], chosen: dict[str, float],
+                grid: list[float]) -> dict[str, dict[float, float]]:
+    """For each cell that chose the grid's smallest or largest rate: the final val loss of every finished
+    run in results/ (any sweep) of the same experiment and seed at a rate past that edge. Another sweep may
+    have tried it (kv_heads_lr's 4e-3 runs): then the edge is bracketed after all, or plainly not."""
+    wanted = {_without_rate(by_cell[label][v].results["config"]): (label, v) for label, v in chosen.items()
+              if len(grid) > 1 and v in (grid[0], grid[-1])}
+    found: dict[str, dict[float, float]] = {}
+    if not wanted:
+        return found
+    for _, record in finished_runs(Path(root)):
+        hit = wanted.get(_without_rate(record.config))
+        rate = store.saved_settings(record.config).get(LR_KEY)
+        loss = (record.metrics or {}).get(SELECT_ON)
+        if hit is None or rate is None or loss is None:
+            continue
+        label, v = hit
+        if (v == grid[-1] and rate > v) or (v == grid[0] and rate < v):
+            found.setdefault(label, {})[rate] = math.inf if math.isnan(loss) else loss
+    return found
+
+
+def edge_lines(chosen: dict[str, float], grid: list[float], beyond: dict[str, dict[float, float]] | None = None,
+               losses: dict[str, float] | None = None) -> list[str]:
     """A cell whose best rate is the grid's smallest or largest may do better beyond it: the grid did not
-    bracket its optimum, so the comparison at the chosen rates is a comparison at the best rate tried."""
+    bracket its optimum, so the comparison at the chosen rates is a comparison at the best rate tried. A run
+    past the edge found in results/ (`beyond`, with the chosen rate's loss in `losses`) that did worse
+    brackets it; one that did better is named."""
     if len(grid) < 2:
         return []
+    beyond, losses = beyond or {}, losses or {}
     at_edge = {label: v for label, v in chosen.items() if v in (grid[0], grid[-1])}
-    if not at_edge:
-        return [f"- Every cell's chosen rate lies inside the grid ({lr_text(grid[0])} to {lr_text(grid[-1])}).", ""]
-    names = ", ".join(f"{label} ({lr_text(v)})" for label, v in at_edge.items())
-    return [f"- **At the grid's edge: {len(at_edge)} of {len(chosen)} cells** chose the smallest or the largest rate "
-            f"tried: {names}. Their best rate may lie beyond the grid; widen it (e.g. LR_GRID with a rate past "
-            "that edge) before reading their difference as the attention setting's.", ""]
+    bracketed = {label: v for label, v in at_edge.items()
+                 if beyond.get(label) and label in losses and min(beyond[label].values()) > losses[label]}
+    open_edge = {label: v for label, v in at_edge.items() if label not in bracketed}
+    lines = []
+    if not open_edge:
+        lines = [f"- Every cell's chosen rate lies inside the grid ({lr_text(grid[0])} to {lr_text(grid[-1])})"
+                 + (", or at its edge with a worse run past it (below)." if bracketed else ".")]
+    else:
+        def past(label):
+            runs = beyond.get(label, {})
+            return "" if not runs else " [past it, in results/: " + ", ".join(
+                f"{lr_text(r)} val loss {_f(x, 3)}" for r, x in sorted(runs.items())) + "]"
+        names = ", ".join(f"{label} ({lr_text(v)}){past(label)}" for label, v in open_edge.items())
+        lines = [f"- **At the grid's edge: {len(open_edge)} of {len(chosen)} cells** chose the smallest or the "
+                 f"largest rate tried: {names}. Their best rate may lie beyond the grid; widen it (e.g. LR_GRID "
+                 "with a rate past that edge) before reading their difference as the attention setting's."]
+    for label, v in bracketed.items():
+        runs = ", ".join(f"{lr_text(r)} (val loss {_f(x, 3)})" for r, x in sorted(beyond[label].items()))
+        lines.append(f"- {label} chose {lr_text(v)}, the grid's edge, at val loss {_f(losses[label], 3)}; the same "
+                     f"experiment and seed past that edge, run by another sweep in results/, did worse: {runs}. "
+                     "Its best rate lies inside what was tried.")
+    return [*lines, ""]
 
 
 def _default_rate(cell: Cell | None) -> float | None:

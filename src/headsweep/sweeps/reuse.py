@@ -27,11 +27,23 @@ def check_export(job: Job, flat: dict) -> None:
     """A finished job in results/ must be this job: same settings, so a rerun never mixes two configs."""
     if job.export is None or not is_complete(job.export):
         return
-    diff, theirs, ours = settings_diff(read_results(job.export)["config"], flat, job.seed)
+    config = read_results(job.export)["config"]
+    diff, theirs, ours = settings_diff(config, flat, job.seed)
     if diff:
         k = diff[0]
         raise SweepError(f"{job.export} holds a run with other settings than job {job.name} ({len(diff)} differ, e.g. "
-                         f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); move it away or pass --results DIR")
+                         f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); "
+                         f"{_grid_hint(config, diff) or 'move it away or pass --results DIR'}")
+
+
+def _grid_hint(config: dict, diff: list[str]) -> str | None:
+    """The usual cause when only a finished job's rate differs: it ran under a learning-rate grid (its rate
+    chosen per cell) and this plan was made without that grid, or with another."""
+    grid = (config.get("lr_select") or {}).get("grid")
+    if not grid or diff != ["module.peak_lr"]:
+        return None
+    rates = ",".join(f"{g:g}" for g in grid)
+    return f"it ran with the learning-rate grid {rates}: plan with that grid (LR_GRID={rates}, --lr-grid={rates})"
 
 
 def finished_runs(results_root: Path, skip: str | None = None) -> list[tuple[Path, Record]]:
