@@ -79,8 +79,12 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     common += shared_overrides(name, results, [*constants, *extra, *device])
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
-    check_overrides(common, spec, path)
-    composed = [compose_cell(common, cell, path) for cell in cells]
+    try:
+        composed = [compose_cell(common, cell, path) for cell in cells]
+    except SweepError:
+        # composing each override alone is the slower half of planning: only done to name which one is at fault
+        check_overrides(common, spec, path)
+        raise
     labels = check_cells(composed, path)
     checks = [measure(c[4], seed_list[0], first_layer=True) for c in composed]  # on the CPU: ~0.1 s a cell
     for line in confound_lines(name, labels, [c[0] for c in composed], checks):
