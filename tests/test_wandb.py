@@ -108,3 +108,32 @@ def test_sync_uploads_every_offline_run_of_the_sweep(tmp_path, monkeypatch, caps
     assert sync.main(["--sweep", "table3_c", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no offline W&B runs under" in err
+
+
+def test_wandb_that_cannot_start_steps_down_a_mode_and_says_why(tmp_path, monkeypatch):
+    """W&B that cannot start never stops training: online goes offline, offline goes disabled (wandb 0.17's
+    `MailboxError: transport failed` on a GPU node, 21 jobs packed), and the run's record keeps the reasons."""
+    import wandb
+    from pytorch_lightning.loggers import WandbLogger
+
+    from headsweep.training.train import make_loggers
+
+    real, asked = wandb.init, []
+
+    def init(*args, **kwargs):
+        asked.append(kwargs.get("mode"))
+        if kwargs.get("mode") != "disabled":
+            raise RuntimeError(f"transport failed ({kwargs.get('mode')})")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    cfg = compose([f"paths.output_dir={tmp_path}", "run_name=r"])
+    cfg.logger.wandb.mode = "offline"
+    loggers, info = make_loggers(cfg, tmp_path)
+    (w,) = [lg for lg in loggers if isinstance(lg, WandbLogger)]
+    assert info["mode"] == "disabled" and info["fell_back"] == "RuntimeError: transport failed (offline)"
+    w.log_metrics({"x": 1.0}, step=0)  # a disabled run takes every call and writes nothing
+    assert asked == ["offline", "disabled"]
+    assert not (tmp_path / "wandb").exists() or not any((tmp_path / "wandb").glob("offline-run-*"))
+    wandb.finish()

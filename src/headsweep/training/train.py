@@ -201,8 +201,9 @@ def gate_record(net) -> dict | None:
 
 
 def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
-    """The configured loggers. W&B keeps one run id per run directory (a resumed run continues it), and
-    online logging that cannot work from here falls back to offline with one line, never stopping training."""
+    """The configured loggers. W&B keeps one run id per run directory (a resumed run continues it); W&B logging
+    that cannot work from here steps down with one line (online to offline, offline to disabled), never
+    stopping training."""
     loggers, info = [], {}
     for name, c in cfg.logger.items():
         if c._target_ != "pytorch_lightning.loggers.WandbLogger":
@@ -217,18 +218,26 @@ def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
         if requested == "online" and (reason := wandb_unreachable()):
             fall_back(info, reason, out_dir)
         run = {"id": info["run_id"], "resume": "allow", "tags": wandb_tags(cfg, c)}
-        logger = hydra.utils.instantiate(c, mode=info["mode"], **run)
-        if info["mode"] == "online":
-            try:
-                logger.experiment  # starts the run: W&B errors show here, not mid-training
-            except Exception as e:  # noqa: BLE001 - whatever W&B raises, training goes on offline
-                import wandb
-
-                wandb.finish()
-                fall_back(info, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", out_dir)
-                logger = hydra.utils.instantiate(c, mode="offline", **run)
-        loggers.append(logger)
+        loggers.append(start_wandb(c, info, run, out_dir))
     return loggers, info
+
+
+def start_wandb(c: DictConfig, info: dict, run: dict, out_dir: Path):
+    """The W&B logger with its run started now, so that W&B's errors show here and not mid-training. Online that
+    fails goes offline; offline that fails goes disabled (seen: wandb 0.17's local service not answering
+    `wandb.init` within 30 s, 21 jobs packed on one GPU); the record says which and why."""
+    while True:
+        logger = hydra.utils.instantiate(c, mode=info["mode"], **run)
+        if info["mode"] == "disabled":
+            return logger
+        try:
+            logger.experiment  # noqa: B018 - starts the run
+            return logger
+        except Exception as e:  # noqa: BLE001 - whatever W&B raises, training goes on with less W&B
+            import wandb
+
+            wandb.finish()
+            fall_back(info, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", out_dir)
 
 
 def wandb_tags(cfg: DictConfig, c: DictConfig) -> list[str]:
@@ -238,9 +247,15 @@ def wandb_tags(cfg: DictConfig, c: DictConfig) -> list[str]:
 
 
 def fall_back(info: dict, reason: str, out_dir: Path) -> None:
-    info.update(mode="offline", fell_back=reason)
-    log.warning("W&B online logging unavailable (%s): logging offline instead; upload later with "
-                "`wandb sync %s`", reason, out_dir / "wandb")
+    """One step down: online -> offline -> disabled, the reasons kept in the run's record."""
+    if info["mode"] == "online":
+        log.warning("W&B online logging unavailable (%s): logging offline instead; upload later with "
+                    "`wandb sync %s`", reason, out_dir / "wandb")
+        info.update(mode="offline", fell_back=reason)
+    else:
+        log.warning("W&B offline logging failed to start (%s): W&B disabled for this run; its metrics are in "
+                    "csv/ and results.json", reason)
+        info.update(mode="disabled", fell_back="; ".join(filter(None, [info.get("fell_back"), reason])))
 
 
 def wandb_summary(loggers: list, module, metrics: dict, test_scores: dict) -> None:
