@@ -248,7 +248,7 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
 
 def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
     from headsweep.reports.report_lr import edge_lines
-    grid = [5e-4, 1e-3, 2e-3]
+    grid = dict.fromkeys("abc", [5e-4, 1e-3, 2e-3])  # each cell's grid
     assert edge_lines({"a": 1e-3, "b": 1e-3}, grid) == [
         "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002).", ""]
     flagged = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid)[0]
@@ -260,6 +260,42 @@ def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
     assert lines[1].startswith("- b chose 0.002, the grid's edge, at val loss 2.200;") and "0.004 (val loss 3.100)" in lines[1]
     assert edge_lines({"b": 2e-3}, grid, {"b": {4e-3: 3.1}}, {"b": 2.2})[0] == (
         "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), or at its edge with a worse run past it (below).")
+
+
+def test_a_cell_chooses_within_its_own_grid_when_another_cell_s_grid_was_widened(tmp_path):
+    """kv_heads_lr's shape: the base's grid was widened to 4e-3 by a later command, kv 4's never was. kv 4 chose
+    among its own three rates (no "waits" for a 4e-3 run nobody planned), its row says which rate was not in
+    its grid, and its choice at the top of its own grid is flagged as an edge, the base's 2e-3 is not."""
+    from headsweep.reports.report_lr import cell_grids, edge_lines, grid_words
+    root, data = tmp_path / "results", tmp_path / "data"
+    data.mkdir()
+    (data / "test_2016_flickr.en").write_text("a\n")
+    losses = {"h8-dk32-dv32": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.2, 4e-3: 3.1}, "h4-dk64-dv64": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.3}}
+    for cell, rates in losses.items():
+        heads = cell[1]
+        for v, loss in rates.items():
+            grid = "[0.0005,0.001,0.002,0.004]" if v == 4e-3 else "[0.0005,0.001,0.002]"
+            fake_run(root, "g", f"{cell}-lr{v:g}-s1", 1, 30.0, [
+                f"model.heads={heads}", f"module.peak_lr={v}", f"lr_select={{phase:grid,grid:{grid}}}",
+                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"],
+                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": 30.0, "val/loss": loss},
+                params={"total": 7_577_600})
+        tags = ",".join([f"cell-{cell}", *(["base"] if heads == "8" else [])])
+        for seed in (1, 2):
+            fake_run(root, "g", f"{cell}-s{seed}", seed, 30.0, [
+                f"model.heads={heads}", "module.peak_lr=0.002", "sweep=g", f"tags=[{tags}]",
+                "lr_select={phase:chosen,grid:[0.0005,0.001,0.002],chosen:0.002,default:0.002}", f"data.dir={data}"],
+                metrics={"test/bleu": 30.0, "val/loss": 2.2}, params={"total": 7_577_600})
+    md = write_report("g", root, tmp_path / "reports", n_samples=10)[0].read_text()
+    assert "| h8-dk32-dv32 (base) | 2.9000 | 2.4000 | **2.2000** | 3.1000 | 0.002 | 0.002 |" in md
+    assert "| h4-dk64-dv64 | 2.9000 | 2.4000 | **2.3000** | not in its grid | 0.002 | 0.002 |" in md
+    assert "waits" not in md
+    assert ("its grid (the cells' grids differ: 0.0005, 0.001, 0.002, 0.004 for h8-dk32-dv32; "
+            "0.0005, 0.001, 0.002 for h4-dk64-dv64)") in md
+    assert "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.002)." in md
+    grids = {"a": [1e-3, 2e-3, 4e-3], "b": [5e-4, 1e-3, 2e-3]}
+    assert edge_lines({"a": 2e-3, "b": 1e-3}, grids)[0] == "- Every cell's chosen rate lies inside its own grid."
+    assert cell_grids({}) == {} and grid_words(["a"], {"a": [1e-3, 2e-3]}) == "the grid 0.001, 0.002"
 
 
 @pytest.mark.slow  # three tiny trainings through the real Hydra multirun

@@ -61,12 +61,13 @@ def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Pat
     for r in sorted(grid_runs, key=lambda r: r.flat[LR_KEY]):
         by_cell.setdefault(grid_cell(r), {})[r.flat[LR_KEY]] = r
     grid = sorted({v for rates in by_cell.values() for v in rates})
+    grids = cell_grids(by_cell)
     names = {c.label: c for c in cells}
     order = [c.label for c in cells if c.label in by_cell] + sorted(set(by_cell) - set(names))
-    chosen = {label: choose({v: _loss(r) for v, r in by_cell[label].items()}) for label in order
-              if len(by_cell[label]) == len(grid)}
+    chosen = {label: choose({v: _loss(by_cell[label][v]) for v in grids[label]}) for label in order
+              if all(v in by_cell[label] for v in grids[label])}
     md = ["## Learning rate chosen per cell", "",
-          f"- Seed 1 of every cell trained at each peak learning rate of the grid {', '.join(map(lr_text, grid))}; "
+          f"- Seed 1 of every cell trained at each peak learning rate of {grid_words(order, grids)}; "
           f"each cell's rate is the one with the lowest {SELECT_WHAT} (never a test split; ties within {TIE:g}: "
           "the smaller rate), and every seed of the cell in the table above trained at it (seed 1: the grid run, "
           "reused).",
@@ -80,15 +81,38 @@ def lr_section(sweep: str, cells: list[Cell], grid_runs: list[Run], out_dir: Pat
         default = _default_rate(names.get(label))
         bold = lambda v, text: f"**{text}**" if chosen.get(label) == v else text  # noqa: E731
         rows.append([display(names[label]) if label in names else label,
-                     *[bold(v, _f(_loss(rates[v]), 4)) if v in rates else "not run" for v in grid],
+                     *[bold(v, _f(_loss(rates[v]), 4)) if v in rates else
+                       "not run" if v in grids[label] else "not in its grid" for v in grid],
                      lr_text(chosen[label]) if label in chosen else "waits", lr_text(default) if default else "–"])
     md += [f"Final val loss of seed 1 ({SELECT_ON}) at each rate; the chosen one in bold:", "",
            *markdown_table(header, rows), ""]
-    md += edge_lines(chosen, grid, beyond_edge(root, by_cell, chosen, grid) if root else {},
+    md += edge_lines(chosen, grids, beyond_edge(root, by_cell, chosen, grids) if root else {},
                      {label: _loss(by_cell[label][v]) for label, v in chosen.items()})
     md += comparison(cells, by_cell, chosen)
     figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
     return "\n".join(md), figures
+
+
+def cell_grids(by_cell: dict[str, dict[float, Run]]) -> dict[str, list[float]]:
+    """Each cell's own grid: the rates its grid runs were planned under (each records its sweep's grid), else
+    the rates it has. A grid widened later for some cells only (kv_heads_lr's 4e-3, for the base and kv 1) is
+    theirs alone: a cell whose sweep never planned that rate chose among its own, and does not wait for it."""
+    grids = {}
+    for label, rates in by_cell.items():
+        planned = {v for r in rates.values() for v in (lr_record(r) or {}).get("grid") or []}
+        grids[label] = sorted(planned or rates)
+    return grids
+
+
+def grid_words(order: list[str], grids: dict[str, list[float]]) -> str:
+    """'the grid 0.0005, 0.001' when every cell has the same; else each grid with the cells that used it."""
+    by_grid: dict[tuple, list[str]] = {}
+    for label in order:
+        by_grid.setdefault(tuple(grids[label]), []).append(label)
+    if len(by_grid) == 1:
+        return f"the grid {', '.join(map(lr_text, next(iter(by_grid))))}"
+    return "its grid (the cells' grids differ: " + "; ".join(
+        f"{', '.join(map(lr_text, g))} for {', '.join(labels)}" for g, labels in by_grid.items()) + ")"
 
 
 def _without_rate(config: dict) -> str:
@@ -98,12 +122,12 @@ def _without_rate(config: dict) -> str:
 
 
 def beyond_edge(root: Path, by_cell: dict[str, dict[float, Run]], chosen: dict[str, float],
-                grid: list[float]) -> dict[str, dict[float, float]]:
+                grids: dict[str, list[float]]) -> dict[str, dict[float, float]]:
     """For each cell that chose the grid's smallest or largest rate: the final val loss of every finished
     run in results/ (any sweep) of the same experiment and seed at a rate past that edge. Another sweep may
     have tried it (kv_heads_lr's 4e-3 runs): then the edge is bracketed after all, or plainly not."""
     wanted = {_without_rate(by_cell[label][v].results["config"]): (label, v) for label, v in chosen.items()
-              if len(grid) > 1 and v in (grid[0], grid[-1])}
+              if len(grids[label]) > 1 and v in (grids[label][0], grids[label][-1])}
     found: dict[str, dict[float, float]] = {}
     if not wanted:
         return found
@@ -114,27 +138,32 @@ def beyond_edge(root: Path, by_cell: dict[str, dict[float, Run]], chosen: dict[s
         if hit is None or rate is None or loss is None:
             continue
         label, v = hit
-        if (v == grid[-1] and rate > v) or (v == grid[0] and rate < v):
+        if (v == grids[label][-1] and rate > v) or (v == grids[label][0] and rate < v):
             found.setdefault(label, {})[rate] = math.inf if math.isnan(loss) else loss
     return found
 
 
-def edge_lines(chosen: dict[str, float], grid: list[float], beyond: dict[str, dict[float, float]] | None = None,
+def edge_lines(chosen: dict[str, float], grids: dict[str, list[float]],
+               beyond: dict[str, dict[float, float]] | None = None,
                losses: dict[str, float] | None = None) -> list[str]:
-    """A cell whose best rate is the grid's smallest or largest may do better beyond it: the grid did not
-    bracket its optimum, so the comparison at the chosen rates is a comparison at the best rate tried. A run
-    past the edge found in results/ (`beyond`, with the chosen rate's loss in `losses`) that did worse
-    brackets it; one that did better is named."""
-    if len(grid) < 2:
+    """A cell whose best rate is its grid's smallest or largest (`grids`: each cell's) may do better beyond it:
+    the grid did not bracket its optimum, so the comparison at the chosen rates is a comparison at the best
+    rate tried. A run past the edge found in results/ (`beyond`, with the chosen rate's loss in `losses`) that
+    did worse brackets it; one that did better is named."""
+    grids = {label: grids[label] for label in chosen if len(grids[label]) > 1}
+    if not grids:
         return []
     beyond, losses = beyond or {}, losses or {}
-    at_edge = {label: v for label, v in chosen.items() if v in (grid[0], grid[-1])}
+    at_edge = {label: v for label, v in chosen.items() if label in grids and v in (grids[label][0], grids[label][-1])}
     bracketed = {label: v for label, v in at_edge.items()
                  if beyond.get(label) and label in losses and min(beyond[label].values()) > losses[label]}
     open_edge = {label: v for label, v in at_edge.items() if label not in bracketed}
     lines = []
     if not open_edge:
-        lines = [f"- Every cell's chosen rate lies inside the grid ({lr_text(grid[0])} to {lr_text(grid[-1])})"
+        shared = {tuple(g) for g in grids.values()}
+        lo, *_, hi = next(iter(shared))
+        where = f"the grid ({lr_text(lo)} to {lr_text(hi)})" if len(shared) == 1 else "its own grid"
+        lines = [f"- Every cell's chosen rate lies inside {where}"
                  + (", or at its edge with a worse run past it (below)." if bracketed else ".")]
     else:
         def past(label):
