@@ -20,15 +20,31 @@ needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found a
 register_resolvers()
 
 # A run of a few seconds: the smoke experiment on 200 training pairs, a 300-subword vocabulary, 10 steps.
-TINY = ["experiment=smoke", f"data.dir={DATA}", "data.limit_train=200", "data.limit_eval=40", "data.vocab_size=300",
-        "data.max_tokens=1024", "trainer.max_steps=10", "module.warmup_steps=4"]
+TINY = [
+    "experiment=smoke",
+    f"data.dir={DATA}",
+    "data.limit_train=200",
+    "data.limit_eval=40",
+    "data.vocab_size=300",
+    "data.max_tokens=1024",
+    "trainer.max_steps=10",
+    "module.warmup_steps=4",
+]
 
 # The session's run: 20 steps (epochs of 7 and 8 batches) with checkpoints every 6 (the last 3 kept: steps 12, 18 and
 # the final 20, which ends between two of them as a time cap or the ablation budget's 1,150 steps do), the
 # average of those after 85% of the budget (18 and 20), 2 heads a layer, an offline W&B run.
-TINY_RUN = ["model.heads=2", "trainer.max_steps=20", "callbacks.checkpoint.save_top_k=3",
-            "callbacks.checkpoint.every_n_train_steps=6", "callbacks.checkpoint.every_n_epochs=null",
-            "average_last=3", "average_from=0.85", "logger.wandb.mode=offline", "run_name=tiny"]
+TINY_RUN = [
+    "model.heads=2",
+    "trainer.max_steps=20",
+    "callbacks.checkpoint.save_top_k=3",
+    "callbacks.checkpoint.every_n_train_steps=6",
+    "callbacks.checkpoint.every_n_epochs=null",
+    "average_last=3",
+    "average_from=0.85",
+    "logger.wandb.mode=offline",
+    "run_name=tiny",
+]
 
 
 def tiny_overrides(out: Path | None, *extra: str) -> list[str]:
@@ -105,6 +121,11 @@ def fake_run(root, sweep, name, seed, bleu, overrides=(), curve="step,val/bleu\n
     hyps.parent.mkdir()
     hyps.write_text("a\n")
     (d / "metrics.csv").write_text(curve)
-    results = {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=False),
-               "metrics": {"test/bleu": bleu}, "hypotheses": {"test_2016_flickr.beam": str(hyps)}, **extra}
+    results = {
+        "status": "complete",
+        "config": OmegaConf.to_container(cfg, resolve=False),
+        "metrics": {"test/bleu": bleu},
+        "hypotheses": {"test_2016_flickr.beam": str(hyps)},
+        **extra,
+    }
     write_results(d, results)

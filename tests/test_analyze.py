@@ -10,15 +10,21 @@ import pytest
 import torch
 
 from headsweep.analysis import analyze as A
-from headsweep.analysis.settings import AnalysisSettings
 from headsweep.analysis.ablation import MAX_LEN_FACTOR, Evaluator, plan_pruning, prunable_fraction
-from headsweep.model.attention import MultiHeadAttention
-from headsweep.analysis.importance import (fractions, gate_gradients, gated, normalise_per_layer, pruned_at,
-                                  pruning_order, sentence_losses)
-from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
+from headsweep.analysis.importance import (
+    fractions,
+    gate_gradients,
+    gated,
+    normalise_per_layer,
+    pruned_at,
+    pruning_order,
+    sentence_losses,
+)
 from headsweep.analysis.roles import attention_stats, role_label
-
+from headsweep.analysis.settings import AnalysisSettings
 from headsweep.data import make_batches
+from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
+from headsweep.model.attention import MultiHeadAttention
 
 
 def tiny_net(**kw) -> Transformer:
@@ -65,7 +71,7 @@ def test_zero_gate_equals_the_weights_zeroed_model():
     for kind, layer, h in pruned:  # head h's value columns of W^O: it can no longer reach the output
         m = zeroed.attention_layers(kind)[layer]
         with torch.no_grad():
-            m.out_proj.weight[:, h * m.d_v:(h + 1) * m.d_v] = 0
+            m.out_proj.weight[:, h * m.d_v : (h + 1) * m.d_v] = 0
     with torch.no_grad(), gated(net, pruned):
         gated_logits = net(batch["src"], batch["tgt_in"])
     with torch.no_grad():
@@ -76,13 +82,20 @@ def test_zero_gate_equals_the_weights_zeroed_model():
 
 
 def test_pruning_order_follows_importance():
-    scores = {"enc_self": torch.tensor([[0.5, 0.1], [0.9, 0.3]]), "dec_self": torch.tensor([[0.2, 0.8]]),
-              "cross": torch.tensor([[0.05, 0.7]])}
+    scores = {
+        "enc_self": torch.tensor([[0.5, 0.1], [0.9, 0.3]]),
+        "dec_self": torch.tensor([[0.2, 0.8]]),
+        "cross": torch.tensor([[0.05, 0.7]]),
+    }
     order = pruning_order(scores)
     values = [float(scores[k][l, h]) for k, l, h in order]
     assert values == sorted(values) and order[0] == ("cross", 0, 0) and order[-1] == ("enc_self", 1, 0)
-    assert pruning_order(scores, ["enc_self"]) == [("enc_self", 0, 1), ("enc_self", 1, 1), ("enc_self", 0, 0),
-                                                   ("enc_self", 1, 0)]
+    assert pruning_order(scores, ["enc_self"]) == [
+        ("enc_self", 0, 1),
+        ("enc_self", 1, 1),
+        ("enc_self", 0, 0),
+        ("enc_self", 1, 0),
+    ]
     assert pruned_at(order, 0.0) == [] and pruned_at(order, 1.0) == order and pruned_at(order, 0.5) == order[:4]
     assert fractions(0.1) == pytest.approx([i / 10 for i in range(11)]) and fractions(0.3)[-1] == 1.0
     norm = normalise_per_layer(scores)
@@ -105,6 +118,7 @@ def test_loss_ablation_matches_the_gated_models_own_loss_and_its_paired_error():
     encoder's output is reused for decoder heads: a wrong reuse would hide an encoder head's effect), over
     several batches put back in sentence order; its standard error is the paired one over sentences."""
     import torch.nn.functional as F
+
     from headsweep.analysis.ablation import LossEvaluator
 
     net = tiny_net()
@@ -132,8 +146,11 @@ def test_loss_ablation_matches_the_gated_models_own_loss_and_its_paired_error():
 
     assert ev.tokens.sum() == sum(int(b["tgt_out"].ne(0).sum()) for b in batches)
     full = by_hand(None)
-    assert ev([]) == {"loss": pytest.approx(float(full.sum() / ev.tokens.sum())), "delta_loss": 0.0,
-                      "delta_loss_se": 0.0}
+    assert ev([]) == {
+        "loss": pytest.approx(float(full.sum() / ev.tokens.sum())),
+        "delta_loss": 0.0,
+        "delta_loss_se": 0.0,
+    }
     for head in [("enc_self", 0, 1), ("enc_self", 1, 3), ("dec_self", 1, 2), ("cross", 0, 0)]:
         d = by_hand(head) - full
         delta = float(d.sum() / ev.tokens.sum())
@@ -236,8 +253,21 @@ def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation()
 def test_analyze_writes_every_file(run_copy, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     tiny_run = run_copy  # the session's run (2 heads a layer, 40 val sentences), copied without its W&B files
-    A.main(["--ckpt", str(tiny_run), "--max-sentences", "6", "--random-orders", "2", "--step", "0.5",
-            "--sentences", "1", "ein Mann fährt Fahrrad ."])
+    A.main(
+        [
+            "--ckpt",
+            str(tiny_run),
+            "--max-sentences",
+            "6",
+            "--random-orders",
+            "2",
+            "--step",
+            "0.5",
+            "--sentences",
+            "1",
+            "ein Mann fährt Fahrrad .",
+        ]
+    )
     out = tiny_run / "analysis"
     a = json.loads((out / "analysis.json").read_text())
     files = [out / f for f in a["files"].values()]
@@ -269,8 +299,8 @@ def test_analyze_writes_every_file(run_copy, capsys, monkeypatch):
 
 def test_nothing_pruned_reproduces_the_models_own_bleu(tiny_run):
     """The evaluator's 0%-pruned point goes through the gates (all ones) and must equal plain decoding."""
-    from headsweep.training.translate import corpus_scores
     from headsweep.training.runs import load_datamodule, load_module
+    from headsweep.training.translate import corpus_scores
 
     module, dm = load_module(tiny_run), load_datamodule(tiny_run)
     dm.setup()
@@ -303,8 +333,9 @@ def test_one_source_for_the_analysis_settings():
     from_hydra = AnalysisSettings(**OmegaConf.to_container(compose(["analysis=default"]).analysis, resolve=True))
     assert A.parse_args(["--ckpt", "x"])[1] == from_hydra == AnalysisSettings.defaults()
     assert from_hydra.max_sentences == 150 and from_hydra.sentences == ("0",)
-    assert A.parse_args(["--ckpt", "x", "--step", "0.5", "--sentences", "2", "3"])[1] == \
-        AnalysisSettings.defaults(step=0.5, sentences=["2", "3"])
+    assert A.parse_args(["--ckpt", "x", "--step", "0.5", "--sentences", "2", "3"])[1] == AnalysisSettings.defaults(
+        step=0.5, sentences=["2", "3"]
+    )
     with pytest.raises(AnalysisError, match=r"^--redundancy-threshold must be in \[0, 1\], got 2$"):
         AnalysisSettings.defaults(redundancy_threshold=2)
 
@@ -323,8 +354,12 @@ def test_pairwise_js_matches_scipy_and_clusters_twins():
     got = pairwise_js(w, valid) / valid.sum()
     for i in range(3):
         for j in range(3):
-            ref = [jensenshannon(w[b, i, q].double().numpy(), w[b, j, q].double().numpy(), base=2) ** 2
-                   for b in range(2) for q in range(4) if valid[b, q]]
+            ref = [
+                jensenshannon(w[b, i, q].double().numpy(), w[b, j, q].double().numpy(), base=2) ** 2
+                for b in range(2)
+                for q in range(4)
+                if valid[b, q]
+            ]
             assert float(got[i, j]) == pytest.approx(sum(ref) / len(ref), abs=1e-5)
     order, groups = cluster(got, threshold=0.01)
     assert groups == [[0, 2]] and sorted(order) == [0, 1, 2]
@@ -350,8 +385,10 @@ def test_prune_with_concrete_gates_beside_michel(run_copy, capsys):
 
     tiny_run = run_copy
 
-    assert P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "1",
-                   "--split", "val"]) == 0
+    assert (
+        P.main(["--ckpt", str(tiny_run), "--lambdas", "0", "20", "--steps", "12", "--gate-lr", "1", "--split", "val"])
+        == 0
+    )
     record = json.loads((tiny_run / "prune" / "prune.json").read_text())
     none, strong = record["rows"]
     assert none["heads_kept"] == record["heads"] == 6 and strong["heads_kept"] < 6
@@ -385,7 +422,8 @@ def test_fixed_heads_are_recorded_and_named_without_changing_learned_ones():
     assert fixed == {"enc_self": {"0": "cur", "1": "prev", "2": "next"}, "dec_self": {"0": "cur"}}
     assert fixed_words(fixed, 4) == [
         "enc_self heads 0-2 of every layer are fixed patterns (cur, prev, next); the learned head is 3",
-        "dec_self head 0 of every layer is a fixed pattern (cur); the learned heads are 1-3"]
+        "dec_self head 0 of every layer is a fixed pattern (cur); the learned heads are 1-3",
+    ]
     assert [head_label(fixed, "enc_self", h, "h") for h in (1, 3)] == ["h1 (prev, fixed)", "h3"]
     assert head_label(fixed, "cross", 0) == "0" and name_label(fixed, "enc_self", "L1H2") == "L1H2 (next, fixed)"
     assert name_label(fixed, "enc_self", "L1H2", short=True) == "L1H2 (next)"
@@ -402,9 +440,19 @@ def fixed_head_run(tmp_path_factory):
     if not DATA.is_dir():
         pytest.skip(f"Multi30k not found at {DATA}")
     out = tmp_path_factory.mktemp("fixed") / "run"
-    train(compose(tiny_overrides(out, "model.heads=4", "model.fixed_heads={enc_self:2}", "trainer.max_steps=4",
-                                 "module.warmup_steps=2",
-                                 "logger.wandb.mode=disabled", "run_name=fixed")))
+    train(
+        compose(
+            tiny_overrides(
+                out,
+                "model.heads=4",
+                "model.fixed_heads={enc_self:2}",
+                "trainer.max_steps=4",
+                "module.warmup_steps=2",
+                "logger.wandb.mode=disabled",
+                "run_name=fixed",
+            )
+        )
+    )
     return out
 
 
@@ -415,8 +463,22 @@ def test_analysis_records_and_marks_fixed_heads(tmp_path_factory, capsys, monkey
     run = fixed_head_run(tmp_path_factory)
     figures, close = [], plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig) or close(fig))  # keep each plot to look at
-    A.main(["--ckpt", str(run), "--max-sentences", "4", "--random-orders", "0", "--step", "1", "--sentences", "1",
-            "--wandb-mode", "disabled"])
+    A.main(
+        [
+            "--ckpt",
+            str(run),
+            "--max-sentences",
+            "4",
+            "--random-orders",
+            "0",
+            "--step",
+            "1",
+            "--sentences",
+            "1",
+            "--wandb-mode",
+            "disabled",
+        ]
+    )
     a = json.loads((run / "analysis" / "analysis.json").read_text())
     assert a["fixed_heads"] == {"enc_self": {"0": "cur", "1": "prev"}}
     sentence = "enc_self heads 0-1 of every layer are fixed patterns (cur, prev); the learned heads are 2-3"
@@ -449,7 +511,8 @@ def test_wandb_tables_name_the_fixed_heads():
     assert len(rows) == 3 * 3 * 8  # kinds x layers x heads
     for name, head_col in (("single_head", "head"), ("roles", "head"), ("best_head_only", "kept_head")):
         cols, rows = tables[name]
-        assert all((r[cols.index("fixed")] != "") == (r[0] == "enc_self" and r[cols.index(head_col)] < 4)
-                   for r in rows), name
+        assert all(
+            (r[cols.index("fixed")] != "") == (r[0] == "enc_self" and r[cols.index(head_col)] < 4) for r in rows
+        ), name
     cols, rows = tables["roles"]
     assert rows[0][cols.index("importance")] == a["roles"]["heads"][0]["importance"]  # columns still line up

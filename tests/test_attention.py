@@ -61,8 +61,12 @@ def test_causal_matches_torch(kernel):
 
 @settings(max_examples=25, deadline=None)
 @given(
-    heads=st.integers(1, 6), d_k=st.integers(1, 12), d_v=st.integers(1, 12),
-    d_model=st.sampled_from([8, 12, 20]), bias=st.booleans(), cross=st.booleans(),
+    heads=st.integers(1, 6),
+    d_k=st.integers(1, 12),
+    d_v=st.integers(1, 12),
+    d_model=st.sampled_from([8, 12, 20]),
+    bias=st.booleans(),
+    cross=st.booleans(),
 )
 def test_fused_equals_per_head(heads, d_k, d_v, d_model, bias, cross):
     torch.manual_seed(heads * 100 + d_k * 10 + d_v)
@@ -81,8 +85,14 @@ def test_fused_equals_per_head(heads, d_k, d_v, d_model, bias, cross):
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.integers(1, 16), d_k=st.integers(1, 80), d_v=st.integers(1, 80),
-       d_model=st.integers(1, 96), bias=st.booleans(), impl=st.sampled_from(["fused", "per_head"]))
+@given(
+    heads=st.integers(1, 16),
+    d_k=st.integers(1, 80),
+    d_v=st.integers(1, 80),
+    d_model=st.integers(1, 96),
+    bias=st.booleans(),
+    impl=st.sampled_from(["fused", "per_head"]),
+)
 def test_parameter_count_closed_form(heads, d_k, d_v, d_model, bias, impl):
     with torch.device("meta"):
         mha = MultiHeadAttention(d_model, heads, d_k, d_v, bias=bias, impl=impl)

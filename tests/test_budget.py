@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headsweep.reports import budget
-
 from conftest import fake_run
+from headsweep.reports import budget
 
 BASE, H32, DK8 = ["tags=[base]"], ["model.heads=32"], ["model.d_k=8", "model.d_v=32"]
 BF16 = ["trainer.precision=bf16-mixed"]
@@ -39,8 +38,11 @@ def test_the_1x_cell_of_the_2x_precision_is_preferred_and_gaps_stay_within_one_p
     rows, missing = budget.compare(cells, against)
     assert not missing and [r["cell"].label for r in rows] == ["h8-dk32-dv32", "h32-dk8-dv8"]
     base, h32 = rows
-    assert (base["one"].sweep, base["one"].cell.label, budget.precision(base["one"].cell)) == \
-        ("fixed", "h8-dk32-dv32", "bf16-mixed")
+    assert (base["one"].sweep, base["one"].cell.label, budget.precision(base["one"].cell)) == (
+        "fixed",
+        "h8-dk32-dv32",
+        "bf16-mixed",
+    )
     assert (h32["one"].sweep, budget.precision(h32["one"].cell)) == ("a32", "32-true")
     # the 1x gap of h32 (fp32) is taken against the fp32 base, not the preferred bf16 one
     assert h32["base_one"].sweep == "a32" and h32["gap"]["gap1"] == pytest.approx(-4.0)
@@ -106,6 +108,9 @@ def test_without_against_every_other_sweep_is_searched_and_a_named_missing_one_s
     out = tmp_path / "out"
     assert budget.main(["--sweep", "long", "--root", str(tmp_path), "--out", str(out)]) == 0
     assert "| anything/h32-dk8-dv8 | 30.00" in (out / "long-budget.md").read_text()
-    assert budget.main(["--sweep", "long", "--against", "heads_budget_1x", "--root", str(tmp_path), "--out", str(out)]) == 2
+    assert (
+        budget.main(["--sweep", "long", "--against", "heads_budget_1x", "--root", str(tmp_path), "--out", str(out)])
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no runs of sweep 'heads_budget_1x'" in err and "drop it from --against" in err

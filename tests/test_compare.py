@@ -7,22 +7,36 @@ import math
 import pytest
 from scipy.stats import ttest_ind
 
-from headsweep.reports import compare as C
 from headsweep.analysis import fixed as F
+from headsweep.reports import compare as C
 
 
-def analysis(head_dropout=0.0, curve=(30.0, 15.0, 0.0), layers=((1.0, 1.0), (1.0, 0.0)), js=(0.2, 0.4),
-             prunable=0.5, rho=0.3, groups=((("L0H0", "L0H1"),), ())):
-    kinds = ["enc_self", "dec_self", "cross"][:len(js)]
+def analysis(
+    head_dropout=0.0,
+    curve=(30.0, 15.0, 0.0),
+    layers=((1.0, 1.0), (1.0, 0.0)),
+    js=(0.2, 0.4),
+    prunable=0.5,
+    rho=0.3,
+    groups=((("L0H0", "L0H1"),), ()),
+):
+    kinds = ["enc_self", "dec_self", "cross"][: len(js)]
     return {
-        "model": {"head_dropout": head_dropout}, "split": "val", "full": {"bleu": curve[0]},
+        "model": {"head_dropout": head_dropout},
+        "split": "val",
+        "full": {"bleu": curve[0]},
         "settings": {"sentences_decoded": 10, "step": 0.5, "tolerance": 1.0},
-        "pruning": {"fractions": [0.0, 0.5, 1.0],
-                    "pools": {"all": {"importance": {"bleu": list(curve)}, "prunable": {"importance": prunable}}}},
+        "pruning": {
+            "fractions": [0.0, 0.5, 1.0],
+            "pools": {"all": {"importance": {"bleu": list(curve)}, "prunable": {"importance": prunable}}},
+        },
         "importance": {"raw": {"enc_self": [list(s) for s in layers]}},
-        "redundancy": {"kinds": {k: {"mean_js_bits": v, "twin_vs_loss_increase": {"spearman_rho": rho},
-                                     "groups": [list(g) for g in gs]}
-                                 for k, v, gs in zip(kinds, js, groups)}},
+        "redundancy": {
+            "kinds": {
+                k: {"mean_js_bits": v, "twin_vs_loss_increase": {"spearman_rho": rho}, "groups": [list(g) for g in gs]}
+                for k, v, gs in zip(kinds, js, groups)
+            }
+        },
     }
 
 
@@ -39,7 +53,10 @@ def test_measures_by_hand():
     assert (m["near_duplicates"], three["near_duplicates"]) == (2.0, 7.0)  # heads in groups, over every kind
     # fixed encoder heads 0 and 1 (cur in every layer): L1H0-L2H0 are copies by construction and not counted;
     # the learned L1H2 beside fixed L0H1 is
-    fixed = {**analysis(groups=((("L1H0", "L2H0"), ("L0H1", "L1H2")),)), "fixed_heads": {"enc_self": {"0": "cur", "1": "prev"}}}
+    fixed = {
+        **analysis(groups=((("L1H0", "L2H0"), ("L0H1", "L1H2")),)),
+        "fixed_heads": {"enc_self": {"0": "cur", "1": "prev"}},
+    }
     assert C.specialisation(fixed)["near_duplicates"] == 1.0
     flat = C.specialisation(analysis(curve=(30.0, 30.0, 30.0), layers=((2.0, 1.0, 1.0),)))
     assert flat["kept_area"] == pytest.approx(1.0)
@@ -49,8 +66,10 @@ def test_measures_by_hand():
 
 
 def test_comparisons_use_welch_and_holm_over_every_measure():
-    groups = {"hd0 (base)": [C.specialisation(analysis(curve=(30.0, c, 0.0))) for c in (10.0, 11.0, 12.0)],
-              "hd0.2": [C.specialisation(analysis(head_dropout=0.2, curve=(30.0, c, 0.0))) for c in (20.0, 22.0, 21.0)]}
+    groups = {
+        "hd0 (base)": [C.specialisation(analysis(curve=(30.0, c, 0.0))) for c in (10.0, 11.0, 12.0)],
+        "hd0.2": [C.specialisation(analysis(head_dropout=0.2, curve=(30.0, c, 0.0))) for c in (20.0, 22.0, 21.0)],
+    }
     found = C.comparisons(groups, "hd0 (base)")
     area = next(c for c in found if c["measure"] == "kept_area")
     want = ttest_ind(area["values"], area["base_values"], equal_var=False).pvalue
@@ -63,8 +82,10 @@ def test_comparisons_use_welch_and_holm_over_every_measure():
 
 
 def test_one_seed_says_there_is_no_spread():
-    groups = {"base": [C.specialisation(analysis())],
-              "hd0.1": [C.specialisation(analysis(0.1, curve=(29.0, 20.0, 1.0)))]}
+    groups = {
+        "base": [C.specialisation(analysis())],
+        "hd0.1": [C.specialisation(analysis(0.1, curve=(29.0, 20.0, 1.0)))],
+    }
     words = C.verdict_words(C.comparisons(groups, "base"))
     assert "one seed in a cell: no spread, no test" in words[0] and "lower full-model BLEU" in words[0]
     assert "Nothing was tested: a seed spread needs two analysed seeds in each cell." in words[0]
@@ -73,12 +94,14 @@ def test_one_seed_says_there_is_no_spread():
 def test_every_cell_is_compared_with_the_named_base_whatever_the_names_or_settings():
     """Cells, not head dropout: the base is the group named so, not the first, nor the smallest name or
     setting, and every other group is compared with it under its own name, in the given order."""
-    groups = {"a-fixed4": [C.specialisation(analysis(curve=(30.0, 20.0, 0.0)))],
-              "z-base": [C.specialisation(analysis(curve=(30.0, 10.0, 0.0)))],
-              "m-fixed7": [C.specialisation(analysis(curve=(20.0, 5.0, 0.0)))]}
+    groups = {
+        "a-fixed4": [C.specialisation(analysis(curve=(30.0, 20.0, 0.0)))],
+        "z-base": [C.specialisation(analysis(curve=(30.0, 10.0, 0.0)))],
+        "m-fixed7": [C.specialisation(analysis(curve=(20.0, 5.0, 0.0)))],
+    }
     found = C.comparisons(groups, "z-base")
     assert {c["base"] for c in found} == {"z-base"}
-    assert [c["cell"] for c in found][::len(C.MEASURES)] == ["a-fixed4", "m-fixed7"]
+    assert [c["cell"] for c in found][:: len(C.MEASURES)] == ["a-fixed4", "m-fixed7"]
     words = C.verdict_words(found)
     assert [w.split(" (")[0] for w in words] == ["a-fixed4 against z-base", "m-fixed7 against z-base"]
     assert "a flatter pruning curve" in words[0] and "lower full-model BLEU" in words[1]
@@ -98,8 +121,13 @@ def write_runs(tmp_path, cells: dict[str, list[dict]]) -> dict[str, list]:
 
 def test_report_section_tabulates_cells(tmp_path):
     # two cells with the same head dropout (0, as fixed_heads's cells): still two rows, one per cell
-    groups = write_runs(tmp_path, {"cell-b (base)": [analysis(curve=(30.0, m, 0.0)) for m in (10.0, 12.0)],
-                                   "cell-a": [analysis(curve=(30.0, 20.0, 0.0))]})
+    groups = write_runs(
+        tmp_path,
+        {
+            "cell-b (base)": [analysis(curve=(30.0, m, 0.0)) for m in (10.0, 12.0)],
+            "cell-a": [analysis(curve=(30.0, 20.0, 0.0))],
+        },
+    )
     groups["no analysis"] = [tmp_path / "elsewhere"]  # a cell whose runs are not analysed: no row
     md = C.report_section(groups, tmp_path / "out", "fixed_heads", "cell-b (base)")
     assert md.startswith("## Head analysis: importance, pruning, redundancy by cell\n")
@@ -126,9 +154,19 @@ def test_report_section_tabulates_cells(tmp_path):
 
 # ----------------------------------------------------------------------------- fixed against learned heads
 
+
 def head(layer, h, raw, distance, entropy, confidence, role="-", kind="enc_self"):
-    return {"kind": kind, "layer": layer, "head": h, "importance_raw": raw, "importance": math.nan,
-            "distance": distance, "entropy": entropy, "confidence": confidence, "role": role}
+    return {
+        "kind": kind,
+        "layer": layer,
+        "head": h,
+        "importance_raw": raw,
+        "importance": math.nan,
+        "distance": distance,
+        "entropy": entropy,
+        "confidence": confidence,
+        "role": role,
+    }
 
 
 def heads_run(fixed=True, shift=0.0):
@@ -141,16 +179,28 @@ def heads_run(fixed=True, shift=0.0):
         norm = math.sqrt(sum(r * r for r in raws[layer]))
         for h in range(4):
             distance = fixed_d[h] if h < 2 else learned_d[2 * layer + h - 2] + shift
-            heads.append(head(layer, h, raws[layer][h], distance,
-                              entropy=0.1 if h < 2 else (1.0, 2.0, 1.5, 1.5)[2 * layer + h - 2],
-                              confidence=0.9 if h < 2 else (0.4, 0.6, 0.5, 0.5)[2 * layer + h - 2],
-                              role="positional" if h == 1 else "rare" if (layer, h) == (1, 3) else "-"))
+            heads.append(
+                head(
+                    layer,
+                    h,
+                    raws[layer][h],
+                    distance,
+                    entropy=0.1 if h < 2 else (1.0, 2.0, 1.5, 1.5)[2 * layer + h - 2],
+                    confidence=0.9 if h < 2 else (0.4, 0.6, 0.5, 0.5)[2 * layer + h - 2],
+                    role="positional" if h == 1 else "rare" if (layer, h) == (1, 3) else "-",
+                )
+            )
             heads[-1]["importance"] = raws[layer][h] / norm  # l2-normalised per layer, as analysis.json has it
     # other kinds are not counted: a decoder head with outlandish numbers, a cross head without a distance
-    heads += [head(0, 0, 100.0, 50.0, 9.0, 0.01, "positional", kind="dec_self"),
-              head(0, 0, 1.0, None, 1.0, 0.5, kind="cross")]
-    return {"model": {"heads": 4}, "roles": {"heads": heads},
-            **({"fixed_heads": {"enc_self": {"0": "cur", "1": "prev"}}} if fixed else {})}
+    heads += [
+        head(0, 0, 100.0, 50.0, 9.0, 0.01, "positional", kind="dec_self"),
+        head(0, 0, 1.0, None, 1.0, 0.5, kind="cross"),
+    ]
+    return {
+        "model": {"heads": 4},
+        "roles": {"heads": heads},
+        **({"fixed_heads": {"enc_self": {"0": "cur", "1": "prev"}}} if fixed else {}),
+    }
 
 
 def test_fixed_vs_learned_by_hand():
@@ -182,20 +232,26 @@ def test_fixed_vs_learned_table_and_words():
         "| fix2 | encoder self-attention | fixed | 2 of 4 | 2 | 54% ± 0% | 0.50 ± 0.00 | 0.10 ± 0.00 | 0.90 ± 0.00 "
         "| 50% ± 0% |",
         "| fix2 | encoder self-attention | learned | 2 of 4 | 2 | 46% ± 0% | 4.00 ± 0.71 | 1.50 ± 0.00 | 0.50 ± 0.00 "
-        "| 25% ± 0% |"]
+        "| 25% ± 0% |",
+    ]
     words = [line for line in lines if line.startswith("- ")]
-    assert words[0] == ("- encoder self-attention, 0 fixed of 4 (base, n = 1): its heads attend at mean distance "
-                        "2.00 tokens, entropy 0.80 nats, confidence 0.70, 38% with a role.")
-    assert words[1].startswith("- encoder self-attention, 2 fixed of 4 (fix2, n = 2): the fixed heads carry 54% of "
-                               "the importance (50% of the heads); the learned heads attend at mean distance 4.00 "
-                               "tokens, entropy 1.50 nats, confidence 0.50, 25% with a role, the learned heads of "
-                               "base at mean distance 2.00 tokens")
+    assert words[0] == (
+        "- encoder self-attention, 0 fixed of 4 (base, n = 1): its heads attend at mean distance "
+        "2.00 tokens, entropy 0.80 nats, confidence 0.70, 38% with a role."
+    )
+    assert words[1].startswith(
+        "- encoder self-attention, 2 fixed of 4 (fix2, n = 2): the fixed heads carry 54% of "
+        "the importance (50% of the heads); the learned heads attend at mean distance 4.00 "
+        "tokens, entropy 1.50 nats, confidence 0.50, 25% with a role, the learned heads of "
+        "base at mean distance 2.00 tokens"
+    )
     alone = F.fixed_vs_learned_lines({"fix2": groups["fix2"]}, None)  # no base analysed: nothing beside them
     assert alone[-2].endswith("confidence 0.50, 25% with a role.") and "of base" not in alone[-2]
 
 
 def test_report_section_has_the_fixed_table_when_a_run_has_fixed_heads(tmp_path):
-    groups = write_runs(tmp_path, {"base": [{**analysis(), **heads_run(fixed=False)}],
-                                   "fix2": [{**analysis(), **heads_run()}]})
+    groups = write_runs(
+        tmp_path, {"base": [{**analysis(), **heads_run(fixed=False)}], "fix2": [{**analysis(), **heads_run()}]}
+    )
     md = C.report_section(groups, tmp_path / "out", "fixed_heads", "base")
     assert "**Fixed and learned heads.**" in md and "| fix2 | encoder self-attention | fixed | 2 of 4 | 1 | 54% |" in md

@@ -15,8 +15,9 @@ import datasets
 import pytest
 import torch
 
-from headsweep.data import datamodule as hd_datamodule, hub as hd_hub
 from headsweep.data import DataError, TokenBatchSampler, TranslationDataModule, load_tokenizer, split_files
+from headsweep.data import datamodule as hd_datamodule
+from headsweep.data import hub as hd_hub
 
 REAL_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 
@@ -183,7 +184,9 @@ def test_hub_error_is_one_line(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: None)
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    msg = setup_error(TranslationDataModule(source="hub", hub_name="wmt14", hub_config="de-en", cache_dir=str(tmp_path)))
+    msg = setup_error(
+        TranslationDataModule(source="hub", hub_name="wmt14", hub_config="de-en", cache_dir=str(tmp_path))
+    )
     assert "wmt14" in msg and "Couldn't reach" in msg and "use data.source=local data.dir=PATH" in msg
 
 
@@ -213,7 +216,9 @@ def test_missing_local_folder_takes_the_same_corpus_from_the_hub(monkeypatch, tm
 
 
 def test_neither_local_folder_nor_hub_names_both_fixes(monkeypatch, tmp_path):
-    monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: "cannot reach huggingface.co:443 (Name or service not known)")
+    monkeypatch.setattr(
+        hd_hub, "hub_unreachable", lambda: "cannot reach huggingface.co:443 (Name or service not known)"
+    )
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("tried the hub anyway"))
     msg = setup_error(dm_for(tmp_path / "nowhere", tmp_path, hub_fallback=FALLBACK))
     assert str((tmp_path / "nowhere").absolute()) in msg and "data.dir=PATH" in msg and "HEADSWEEP_DATA" in msg
@@ -236,13 +241,24 @@ def test_hub_dotted_columns(monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "load_dataset", fake)
     monkeypatch.setattr(hd_hub, "hub_unreachable", lambda: None)
     dm = TranslationDataModule(
-        source="hub", hub_name="fake", hub_columns={"src": "translation.de", "tgt": "translation.en"},
-        val_split="validation", test_split="test", cache_dir=str(tmp_path), vocab_size=200,
+        source="hub",
+        hub_name="fake",
+        hub_columns={"src": "translation.de", "tgt": "translation.en"},
+        val_split="validation",
+        test_split="test",
+        cache_dir=str(tmp_path),
+        vocab_size=200,
     )
     dm.setup()
     assert dm.texts("validation") == make_pairs(30)
-    bad = TranslationDataModule(source="hub", hub_name="fake", hub_columns={"src": "de", "tgt": "en"},
-                                val_split="validation", test_split="test", cache_dir=str(tmp_path))
+    bad = TranslationDataModule(
+        source="hub",
+        hub_name="fake",
+        hub_columns={"src": "de", "tgt": "en"},
+        val_split="validation",
+        test_split="test",
+        cache_dir=str(tmp_path),
+    )
     assert "translation.de" in setup_error(bad)  # lists the available columns
 
 
@@ -409,8 +425,11 @@ def test_max_len_filters_training_only(corpus, tmp_path, caplog):
     assert any(f"filtered {n_train - len(kept)} of {n_train}" in r.getMessage() for r in caplog.records)
     assert sum(len(b["index"]) for b in dm.val_dataloader()) == 60  # eval splits untouched ...
     dm.check_fits("val", 100)
-    with pytest.raises(DataError, match=r"^split 'val': pair \d+ is \d+ subwords long with BOS/EOS, longer than "
-                                        r"model.max_len=12; evaluation scores every pair: raise model.max_len$"):
+    with pytest.raises(
+        DataError,
+        match=r"^split 'val': pair \d+ is \d+ subwords long with BOS/EOS, longer than "
+        r"model.max_len=12; evaluation scores every pair: raise model.max_len$",
+    ):
         dm.check_fits("val", 12)  # ... so what the model cannot take is one line before training
 
 
@@ -431,8 +450,9 @@ def test_limits_and_add_split(corpus, tmp_path):
 
 @pytest.mark.skipif(not REAL_DIR.is_dir(), reason="Multi30k not present at ../shared/data/multi30k")
 def test_real_multi30k_slice(tmp_path):
-    dm = TranslationDataModule(dir=str(REAL_DIR), cache_dir=str(tmp_path), vocab_size=2000,
-                               limit_train=3000, limit_eval=200)
+    dm = TranslationDataModule(
+        dir=str(REAL_DIR), cache_dir=str(tmp_path), vocab_size=2000, limit_train=3000, limit_eval=200
+    )
     dm.setup()
     src, ref = dm.texts("val")
     assert len(src) == 200

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from headsweep.model import decoding
-from headsweep.model import LayerCache, Transformer, TransformerConfig
+from headsweep.model import LayerCache, Transformer, TransformerConfig, decoding
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -107,7 +106,8 @@ def test_sentences_decode_alike_alone_and_in_a_batch():
         in_batch, by_itself = hypothesis(batch[b], 12), hypothesis(alone[0], 12)
         # Equal tokens, or (only if float noise split an exact tie) equal scores.
         assert in_batch == by_itself or sequence_score(model, src[b], in_batch, 0.6) == pytest.approx(
-            sequence_score(model, src[b], by_itself, 0.6), abs=1e-6)
+            sequence_score(model, src[b], by_itself, 0.6), abs=1e-6
+        )
 
 
 class MarkovToy:

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import DATA, copy_run_dir, write_results
 from headsweep.bench.decoding import bench_decoding
-from headsweep.training import evaluate
-from headsweep.training import averaging
+from headsweep.training import averaging, evaluate
 from headsweep.training.averaging import average_state_dicts
 from headsweep.training.runs import load_datamodule, load_module, load_run
 
-from conftest import DATA, copy_run_dir, write_results
 SACREBLEU = Path(sys.executable).parent / "sacrebleu"
 N_EVAL = 40  # data.limit_eval: sentences in val and test
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"Multi30k not found at {DATA}")
@@ -48,8 +47,12 @@ def reference_file(tmp_path: Path, split: str) -> Path:
 
 
 def sacrebleu_cli(ref: Path, hyp: Path, metric: str) -> float:
-    out = subprocess.run([str(SACREBLEU), str(ref), "-i", str(hyp), "-m", metric, "-b", "-w", "4"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(SACREBLEU), str(ref), "-i", str(hyp), "-m", metric, "-b", "-w", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(out.stdout.strip())
 
 
@@ -109,8 +112,19 @@ def test_evaluate_reproduces_the_runs_test_decodes(run):
     r = results(run)
     split, module_cfg = r["config"]["data"]["test_split"], r["config"]["module"]
     assert evaluate.main(["--ckpt", str(run), "--beam", "1"]) == 0
-    assert evaluate.main(["--ckpt", str(run), "--beam", str(module_cfg["test_beam_size"]),
-                          "--alpha", str(module_cfg["length_penalty"])]) == 0
+    assert (
+        evaluate.main(
+            [
+                "--ckpt",
+                str(run),
+                "--beam",
+                str(module_cfg["test_beam_size"]),
+                "--alpha",
+                str(module_cfg["length_penalty"]),
+            ]
+        )
+        == 0
+    )
     evals = results(run)["evaluations"]
     for decoder, ours in (("greedy", "beam1"), ("beam", f"beam{module_cfg['test_beam_size']}-a0.6")):
         entry = evals[f"{split}.{ours}"]
@@ -184,16 +198,19 @@ def _not_a_checkpoint(run: Path, tmp_path: Path, content: bytes) -> list[str]:
     return ["--ckpt", str(path)]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "checkpoint not found: "),
-    ("text file", "is not a headsweep checkpoint"),
-    ("other torch file", "is not a headsweep checkpoint"),
-    ("vocabulary", "vocabulary mismatch"),
-    ("unknown split", "missing data file for split 'nope'"),
-    ("too few to average", "--avg 9 needs 9 checkpoints but"),
-    ("src without ref", "--src and --ref go together"),
-    ("empty ckpt", "no checkpoint given"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "checkpoint not found: "),
+        ("text file", "is not a headsweep checkpoint"),
+        ("other torch file", "is not a headsweep checkpoint"),
+        ("vocabulary", "vocabulary mismatch"),
+        ("unknown split", "missing data file for split 'nope'"),
+        ("too few to average", "--avg 9 needs 9 checkpoints but"),
+        ("src without ref", "--src and --ref go together"),
+        ("empty ckpt", "no checkpoint given"),
+    ],
+)
 def test_bad_input_gets_one_line_and_exit_code_2(run, tmp_path, capsys, case, message):
     import io
 
@@ -217,9 +234,14 @@ def test_bad_input_gets_one_line_and_exit_code_2(run, tmp_path, capsys, case, me
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "headsweep.training.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "headsweep.training.evaluate", "--ckpt", str(tmp_path / "none.ckpt")],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     # the last line (library warnings printed while importing may come before it)
-    assert out.stderr.strip().splitlines()[-1] == (f"error: checkpoint not found: {tmp_path / 'none.ckpt'}; "
-                                                  "pass CKPT=<run dir>/checkpoints/<file>.ckpt or a run directory")
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: checkpoint not found: {tmp_path / 'none.ckpt'}; "
+        "pass CKPT=<run dir>/checkpoints/<file>.ckpt or a run directory"
+    )

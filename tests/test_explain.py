@@ -6,9 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from headsweep.reports import explain
-
 from conftest import fake_run
+from headsweep.reports import explain
 
 
 def bleu_of(h, d_k, d_model):  # the truth the fit must recover, plus a seed effect that averages out
@@ -19,14 +18,27 @@ def test_fit_recovers_the_coefficients_and_counts_a_copy_once(tmp_path):
     cells = [(8, 32, 256), (1, 32, 256), (32, 32, 256), (8, 8, 256), (8, 64, 128), (2, 16, 128), (4, 128, 512)]
     for h, dk, dm in cells:
         for seed, noise in ((1, -0.3), (2, 0.3)):
-            fake_run(tmp_path, "mixed", f"h{h}-dk{dk}-dm{dm}-s{seed}", seed, bleu_of(h, dk, dm) + noise,
-                     [f"model.heads={h}", f"model.d_k={dk}", f"model.d_v={dk}", f"model.d_model={dm}"])
-    fake_run(tmp_path, "copy", "h8-dk32-dv32-s1", 1, bleu_of(8, 32, 256) - 0.3,
-             ["model.heads=8", "model.d_k=32", "model.d_v=32"])
+            fake_run(
+                tmp_path,
+                "mixed",
+                f"h{h}-dk{dk}-dm{dm}-s{seed}",
+                seed,
+                bleu_of(h, dk, dm) + noise,
+                [f"model.heads={h}", f"model.d_k={dk}", f"model.d_v={dk}", f"model.d_model={dm}"],
+            )
+    fake_run(
+        tmp_path,
+        "copy",
+        "h8-dk32-dv32-s1",
+        1,
+        bleu_of(8, 32, 256) - 0.3,
+        ["model.heads=8", "model.d_k=32", "model.d_v=32"],
+    )
     fake_run(tmp_path, "copy", "dropout-s1", 1, 10.0, ["model.head_dropout=0.1"])
     fake_run(tmp_path, "copy", "kv2-s1", 1, 10.0, ["model.kv_heads=2"])
-    fake_run(tmp_path, "copy", "h8-lr-s1", 1, 10.0, ["model.heads=8", "model.d_k=32", "model.d_v=32",
-                                                     "module.peak_lr=5e-4"])  # not the same run: another lr
+    fake_run(
+        tmp_path, "copy", "h8-lr-s1", 1, 10.0, ["model.heads=8", "model.d_k=32", "model.d_v=32", "module.peak_lr=5e-4"]
+    )  # not the same run: another lr
     points, left_out = explain.collect(tmp_path, ["mixed", "copy"])
     assert len(points) == 14
     assert any("copy/h8-dk32-dv32-s1: the same run as mixed/" in line for line in left_out)
@@ -53,15 +65,31 @@ def test_sweeps_of_different_budgets_are_refused_with_one_line(tmp_path, capsys)
 
 def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
     runs = {  # (h, d_model): per-seed BLEU; d_k = d_model / h (row A)
-        (1, 128): [32.0, 32.4, 32.2], (2, 128): [33.0, 33.4, 33.2], (8, 128): [30.0, 30.2, 30.4],
-        (8, 512): [36.0, 36.2], (32, 512): [35.9, 36.1]}
+        (1, 128): [32.0, 32.4, 32.2],
+        (2, 128): [33.0, 33.4, 33.2],
+        (8, 128): [30.0, 30.2, 30.4],
+        (8, 512): [36.0, 36.2],
+        (32, 512): [35.9, 36.1],
+    }
     for (h, dm), values in runs.items():
         for seed, bleu in enumerate(values, start=1):
-            fake_run(tmp_path, "w", f"h{h}-dm{dm}-s{seed}", seed, bleu,
-                     [f"model.heads={h}", f"model.d_model={dm}", f"model.d_ff={4 * dm}"])
+            fake_run(
+                tmp_path,
+                "w",
+                f"h{h}-dm{dm}-s{seed}",
+                seed,
+                bleu,
+                [f"model.heads={h}", f"model.d_model={dm}", f"model.d_ff={4 * dm}"],
+            )
     # not row A (d_k fixed at 32): in the fit, not in the best-h table
-    fake_run(tmp_path, "w", "h16-dk32-dm128-s1", 1, 40.0, ["model.heads=16", "model.d_k=32", "model.d_v=32",
-                                                           "model.d_model=128", "model.d_ff=512"])
+    fake_run(
+        tmp_path,
+        "w",
+        "h16-dk32-dm128-s1",
+        1,
+        40.0,
+        ["model.heads=16", "model.d_k=32", "model.d_v=32", "model.d_model=128", "model.d_ff=512"],
+    )
     points, _ = explain.collect(tmp_path, ["w"])
     rows = {r["d_model"]: r for r in explain.best_h_by_width(points)}
     narrow, wide = rows[128], rows[512]
@@ -80,9 +108,20 @@ def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
 def test_leaving_one_cell_out_finds_the_cell_that_turns_the_fit_over():
     # exact truth b_h = 0.5, b_dk = 2.0 on every cell but one outlier (h 32, d_k 32: 12 BLEU low, two seeds)
     cells = [(8, 32), (1, 32), (2, 32), (16, 16), (32, 8), (8, 8), (8, 16), (32, 32)]
-    points = [explain.Point("s", f"h{h}-dk{dk}-s{seed}", h, dk, dk, 256, "32-true",
-                            bleu_of(h, dk, 256) - (12.0 if (h, dk) == (32, 32) else 0.0) + noise)
-              for h, dk in cells for seed, noise in ((1, -0.2), (2, 0.2))]
+    points = [
+        explain.Point(
+            "s",
+            f"h{h}-dk{dk}-s{seed}",
+            h,
+            dk,
+            dk,
+            256,
+            "32-true",
+            bleu_of(h, dk, 256) - (12.0 if (h, dk) == (32, 32) else 0.0) + noise,
+        )
+        for h, dk in cells
+        for seed, noise in ((1, -0.2), (2, 0.2))
+    ]
     moves = explain.fit_without_each_cell(points)
     h = moves["log2 h"]
     assert h["coef"] < 0 < h["high"]["coef"]  # one cell turns the head-count term over
@@ -93,16 +132,24 @@ def test_leaving_one_cell_out_finds_the_cell_that_turns_the_fit_over():
     beta = np.linalg.lstsq(X, [p.bleu for p in rest], rcond=None)[0]
     assert h["low"]["coef"] == pytest.approx(beta[1])
     lines = explain.influence_lines(moves)
-    assert any(line.startswith("| log2 h | ") and "(h 32, d_k 32, d_v 32, d_model 256, 32-true)" in line
-               for line in lines)
+    assert any(
+        line.startswith("| log2 h | ") and "(h 32, d_k 32, d_v 32, d_model 256, 32-true)" in line for line in lines
+    )
 
 
-def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_others_are_named(tmp_path, capsys,
-                                                                                             monkeypatch):
+def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_others_are_named(
+    tmp_path, capsys, monkeypatch
+):
     for h, dk, dm in [(8, 32, 256), (1, 32, 256), (8, 8, 256), (8, 64, 128), (4, 128, 512)]:
         for seed in (1, 2):
-            fake_run(tmp_path, "a", f"h{h}-dk{dk}-dm{dm}-s{seed}", seed, bleu_of(h, dk, dm) + seed / 10,
-                     [f"model.heads={h}", f"model.d_k={dk}", f"model.d_v={dk}", f"model.d_model={dm}"])
+            fake_run(
+                tmp_path,
+                "a",
+                f"h{h}-dk{dk}-dm{dm}-s{seed}",
+                seed,
+                bleu_of(h, dk, dm) + seed / 10,
+                [f"model.heads={h}", f"model.d_k={dk}", f"model.d_v={dk}", f"model.d_model={dm}"],
+            )
     fake_run(tmp_path, "long", "h8-s1", 1, 34.0, ["trainer.max_steps=2300"])  # a 2x-budget sweep
     reads = []
     monkeypatch.setattr(explain, "load_runs", lambda d, load=explain.load_runs: reads.append(d.name) or load(d))
@@ -118,8 +165,14 @@ def test_the_fit_takes_one_protocol_the_most_common_unless_init_names_another(tm
     xavier = ["model.init=xavier", "module.decay_by=steps_or_time"]
     for h, bleu in ((8, 34.0), (16, 33.0), (32, 27.0)):
         for seed in (1, 2):
-            fake_run(tmp_path, "old", f"h{h}-s{seed}", seed, bleu + seed / 10,
-                     [f"model.heads={h}", "model.d_k=32", "model.d_v=32", *xavier])
+            fake_run(
+                tmp_path,
+                "old",
+                f"h{h}-s{seed}",
+                seed,
+                bleu + seed / 10,
+                [f"model.heads={h}", "model.d_k=32", "model.d_v=32", *xavier],
+            )
     for h, bleu in ((8, 34.0), (16, 31.0), (32, 23.0)):
         fake_run(tmp_path, "new", f"h{h}-s1", 1, bleu, [f"model.heads={h}", "model.d_k=32", "model.d_v=32"])
     points, left_out = explain.collect(tmp_path, ["old", "new"])

@@ -35,7 +35,8 @@ def test_l0_penalty_closes_gates():
     net = Transformer(TransformerConfig(vocab_size=20, d_model=16, n_layers=1, heads=2, d_ff=16, concrete_gates=True))
     gates = [p for n, p in net.named_parameters() if n.endswith("concrete.log_alpha")]
     assert len(gates) == 3 and float(net.expected_open_heads()) == pytest.approx(
-        6 / (1 + math.exp(-(3 - math.log(0.1 / 1.1) / 3))))
+        6 / (1 + math.exp(-(3 - math.log(0.1 / 1.1) / 3)))
+    )
     opt = torch.optim.Adam(gates, lr=0.1)
     for _ in range(100):
         opt.zero_grad()

@@ -16,11 +16,10 @@ import pytest
 import torch
 import yaml
 
+from conftest import TINY, needs_data, tiny_overrides
 from headsweep.data.tokenizer import train_tokenizer
 from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig, decoding
 from headsweep.training.module import TranslationModule
-
-from conftest import TINY, needs_data, tiny_overrides
 
 if not torch.cuda.is_available():  # one line in the summary for the whole file
     pytest.skip("no CUDA GPU here: the gpu tests run on a card (make gpu-check)", allow_module_level=True)
@@ -124,10 +123,21 @@ def _curve(run) -> dict[int, float]:
 
 
 def _gpu_overrides(out, *extra):
-    return tiny_overrides(None, f"data.cache_dir={out.parent / 'cache'}", "data.limit_eval=20", "data.max_tokens=512",
-                          "trainer=gpu", "trainer.max_steps=40", "module.test_beam_size=1", "trainer.log_every_n_steps=1",
-                          "callbacks.checkpoint.every_n_train_steps=5", "callbacks.checkpoint.every_n_epochs=null",
-                          "logger.wandb.mode=disabled", "average_last=0", *extra)
+    return tiny_overrides(
+        None,
+        f"data.cache_dir={out.parent / 'cache'}",
+        "data.limit_eval=20",
+        "data.max_tokens=512",
+        "trainer=gpu",
+        "trainer.max_steps=40",
+        "module.test_beam_size=1",
+        "trainer.log_every_n_steps=1",
+        "callbacks.checkpoint.every_n_train_steps=5",
+        "callbacks.checkpoint.every_n_epochs=null",
+        "logger.wandb.mode=disabled",
+        "average_last=0",
+        *extra,
+    )
 
 
 @needs_data
@@ -137,8 +147,11 @@ def test_run_killed_on_the_card_resumes_onto_its_curve(tmp_path):
 
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     train(compose([*_gpu_overrides(whole), f"paths.output_dir={whole}"]))
-    proc = subprocess.Popen([sys.executable, "-m", "headsweep.train", *_gpu_overrides(killed), f"hydra.run.dir={killed}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headsweep.train", *_gpu_overrides(killed), f"hydra.run.dir={killed}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     last = killed / "checkpoints" / "last.ckpt"
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline:  # kill after the checkpoint of step 5, before the end
@@ -167,13 +180,31 @@ def test_run_killed_on_the_card_resumes_onto_its_curve(tmp_path):
 def test_a_packed_sweep_of_two_jobs_on_one_card_records_both(tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()
-    (specs / "pair.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {
-        "model.heads": {"values": [2, 4]}}}))
+    (specs / "pair.yaml").write_text(
+        yaml.safe_dump({"method": "grid", "parameters": {"model.heads": {"values": [2, 4]}}})
+    )
     results = tmp_path / "results"
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "headsweep.sweeps.sweep", "--sweep", "pair", "--specs", str(specs), "--seeds", "1",
-           "--jobs", "2", "--root", str(tmp_path / "multirun"), "--results", str(results), *TINY,
-           f"data.cache_dir={tmp_path / 'cache'}", "trainer.max_steps=20"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "headsweep.sweeps.sweep",
+        "--sweep",
+        "pair",
+        "--specs",
+        str(specs),
+        "--seeds",
+        "1",
+        "--jobs",
+        "2",
+        "--root",
+        str(tmp_path / "multirun"),
+        "--results",
+        str(results),
+        *TINY,
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "trainer.max_steps=20",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "trainer=gpu" in done.stdout and "hydra.launcher.n_jobs=2" in done.stdout

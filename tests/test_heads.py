@@ -10,8 +10,17 @@ from hypothesis import strategies as st
 
 from headsweep.analysis.importance import gate_gradients
 from headsweep.analysis.roles import attention_stats
-from headsweep.model import (KVCache, MultiHeadAttention, Transformer, TransformerConfig, attention_param_count,
-                             attention_switches, convert_impl, count_parameters, decoding, kv_cache_bytes)
+from headsweep.model import (
+    MultiHeadAttention,
+    Transformer,
+    TransformerConfig,
+    attention_param_count,
+    attention_switches,
+    convert_impl,
+    count_parameters,
+    decoding,
+    kv_cache_bytes,
+)
 from headsweep.model.patterns import DEFAULT_PATTERNS, FixedPatterns
 
 PAD, BOS, EOS = 0, 1, 2
@@ -78,8 +87,9 @@ def test_kv_heads_equal_to_heads_is_the_plain_layer_bit_for_bit(impl, kernel):
     x, mem = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
     pad = padding_mask([7, 4, 2], 7)
     assert torch.equal(plain(x, causal=True)[0], shared(x, causal=True)[0])
-    for p, s in zip(plain(x, mem, key_padding_mask=pad, need_weights=True),
-                    shared(x, mem, key_padding_mask=pad, need_weights=True)):
+    for p, s in zip(
+        plain(x, mem, key_padding_mask=pad, need_weights=True), shared(x, mem, key_padding_mask=pad, need_weights=True)
+    ):
         assert torch.equal(p, s)
 
 
@@ -96,18 +106,28 @@ def test_kv_heads_equal_to_heads_is_the_plain_transformer_bit_for_bit():
 
 
 @settings(max_examples=25, deadline=None)
-@given(heads=st.sampled_from([1, 2, 4, 6]), share=st.integers(0, 3), fixed=st.integers(0, 6), d_k=st.integers(1, 6),
-       d_v=st.integers(1, 6), bias=st.booleans(), impl=st.sampled_from(["fused", "per_head"]))
+@given(
+    heads=st.sampled_from([1, 2, 4, 6]),
+    share=st.integers(0, 3),
+    fixed=st.integers(0, 6),
+    d_k=st.integers(1, 6),
+    d_v=st.integers(1, 6),
+    bias=st.booleans(),
+    impl=st.sampled_from(["fused", "per_head"]),
+)
 def test_fused_equals_per_head_with_shared_and_fixed_heads(heads, share, fixed, d_k, d_v, bias, impl):
     divisors = [d for d in range(1, heads + 1) if heads % d == 0]
     kv, fixed = (divisors[share % len(divisors)], 0) if share else (None, min(fixed, heads))
     torch.manual_seed(heads * 7 + fixed)
-    m = MultiHeadAttention(12, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv,
-                           fixed=DEFAULT_PATTERNS[:fixed]).eval()
+    m = MultiHeadAttention(
+        12, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed]
+    ).eval()
     other = convert_impl(m, "per_head" if impl == "fused" else "fused")
     back = convert_impl(other, impl)
     n = sum(p.numel() for p in m.parameters())
-    assert n == sum(p.numel() for p in other.parameters()) == attention_param_count(12, heads, d_k, d_v, bias, kv, fixed)
+    assert (
+        n == sum(p.numel() for p in other.parameters()) == attention_param_count(12, heads, d_k, d_v, bias, kv, fixed)
+    )
     x, pad = torch.randn(2, 5, 12), padding_mask([5, 3], 5)
     a, wa = m(x, key_padding_mask=pad, need_weights=True)
     b, wb = other(x, key_padding_mask=pad, need_weights=True)
@@ -117,24 +137,39 @@ def test_fused_equals_per_head_with_shared_and_fixed_heads(heads, share, fixed, 
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.integers(1, 12), d_k=st.integers(1, 40), d_v=st.integers(1, 40), d_model=st.integers(1, 64),
-       bias=st.booleans(), share=st.booleans(), pick=st.integers(0, 11), impl=st.sampled_from(["fused", "per_head"]))
+@given(
+    heads=st.integers(1, 12),
+    d_k=st.integers(1, 40),
+    d_v=st.integers(1, 40),
+    d_model=st.integers(1, 64),
+    bias=st.booleans(),
+    share=st.booleans(),
+    pick=st.integers(0, 11),
+    impl=st.sampled_from(["fused", "per_head"]),
+)
 def test_parameter_count_closed_form_with_shared_and_fixed_heads(heads, d_k, d_v, d_model, bias, share, pick, impl):
     divisors = [d for d in range(1, heads + 1) if heads % d == 0]
     kv = divisors[pick % len(divisors)] if share else None
     fixed = 0 if share else min(pick, heads, len(DEFAULT_PATTERNS))
     with torch.device("meta"):
-        m = MultiHeadAttention(d_model, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed])
+        m = MultiHeadAttention(
+            d_model, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed]
+        )
     k = kv or heads
     # W^Q for the learned query heads, W^K for the key heads they use, W^V for every value head, then W^O
     closed = d_model * ((heads - fixed) * d_k + (k - fixed) * d_k + k * d_v) + heads * d_v * d_model
     if bias:
         closed += (heads - fixed) * d_k + (k - fixed) * d_k + k * d_v + d_model
-    assert sum(p.numel() for p in m.parameters()) == closed == attention_param_count(d_model, heads, d_k, d_v, bias, kv, fixed)
+    assert (
+        sum(p.numel() for p in m.parameters())
+        == closed
+        == attention_param_count(d_model, heads, d_k, d_v, bias, kv, fixed)
+    )
 
 
-@pytest.mark.parametrize("kw", [{"kv_heads": 1}, {"kv_heads": 2, "impl": "per_head"},
-                                {"fixed_heads": {"enc_self": 3, "dec_self": 2}}])
+@pytest.mark.parametrize(
+    "kw", [{"kv_heads": 1}, {"kv_heads": 2, "impl": "per_head"}, {"fixed_heads": {"enc_self": 3, "dec_self": 2}}]
+)
 def test_parameter_counts_by_part(kw):
     cfg = TransformerConfig(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32, **kw)
     counts = count_parameters(Transformer(cfg))
@@ -142,8 +177,9 @@ def test_parameter_counts_by_part(kw):
     for kind in ("enc_self", "dec_self", "cross"):
         per_layer = attention_param_count(16, 4, 4, 4, True, cfg.kv_heads, fixed.get(kind, 0))
         assert counts[f"attn_{kind}"] == 2 * per_layer
-    plain = count_parameters(Transformer(TransformerConfig(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24,
-                                                           max_len=32)))
+    plain = count_parameters(
+        Transformer(TransformerConfig(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32))
+    )
     assert counts["ffn"] == plain["ffn"] and counts["attention"] < plain["attention"]
 
 
@@ -164,9 +200,15 @@ def sources(seed: int, vocab: int, lengths=(7, 4, 6, 9)) -> torch.Tensor:
     return src
 
 
-CACHED_CASES = [{"kv_heads": 1}, {"kv_heads": 2, "impl": "per_head"},
-                {"fixed_heads": {"enc_self": 7, "dec_self": 2}, "heads": 8, "fixed_patterns": ["prev", "left2", "cur",
-                                                                                               "next", "right2", "first", "last"]}]
+CACHED_CASES = [
+    {"kv_heads": 1},
+    {"kv_heads": 2, "impl": "per_head"},
+    {
+        "fixed_heads": {"enc_self": 7, "dec_self": 2},
+        "heads": 8,
+        "fixed_patterns": ["prev", "left2", "cur", "next", "right2", "first", "last"],
+    },
+]
 
 
 @pytest.mark.parametrize("kw", CACHED_CASES)
@@ -175,13 +217,22 @@ def test_cached_decoders_equal_naive_ones(kw, seed):
     model = small_model(seed, **kw)
     src = sources(seed, 12)
     assert torch.equal(decoding.greedy(model, src, BOS, EOS, 15), decoding.greedy_naive(model, src, BOS, EOS, 15))
-    assert torch.equal(decoding.beam_search(model, src, BOS, EOS, 15, 3, 0.6),
-                       decoding.beam_search_naive(model, src, BOS, EOS, 15, 3, 0.6))
+    assert torch.equal(
+        decoding.beam_search(model, src, BOS, EOS, 15, 3, 0.6),
+        decoding.beam_search_naive(model, src, BOS, EOS, 15, 3, 0.6),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kw", [{}, {"kv_heads": 1}, {"kv_heads": 2, "d_k": 3, "d_v": 5},
-                                {"fixed_heads": {"dec_self": 2}, "fixed_patterns": ["prev", "first"]}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"kv_heads": 1},
+        {"kv_heads": 2, "d_k": 3, "d_v": 5},
+        {"fixed_heads": {"dec_self": 2}, "fixed_patterns": ["prev", "first"]},
+    ],
+)
 def test_kv_cache_bytes_match_the_closed_form(kw, dtype):
     model = small_model(4, **kw)
     cfg = model.cfg
@@ -197,7 +248,10 @@ def test_kv_cache_bytes_match_the_closed_form(kw, dtype):
     kv, d_k, d_v, fixed = cfg.kv_heads or cfg.heads, cfg.d_k or 4, cfg.d_v or 4, len(cfg.fixed("dec_self"))
     size = torch.finfo(dtype).bits // 8
     assert measured_self == cfg.n_layers * ((kv - fixed) * d_k + kv * d_v) * size
-    assert kv_cache_bytes(cfg, size) == {"self_per_target_token": measured_self, "cross_per_source_token": measured_cross}
+    assert kv_cache_bytes(cfg, size) == {
+        "self_per_target_token": measured_self,
+        "cross_per_source_token": measured_cross,
+    }
 
 
 def test_one_kv_head_shrinks_the_cache_by_h():
@@ -208,17 +262,32 @@ def test_one_kv_head_shrinks_the_cache_by_h():
 # Each pattern's weights over a 5-token sentence and over one of 3 real tokens padded to 5 (rows: queries
 # 0..2 of the short one), written out by hand.
 EXPECTED = {
-    "cur": ([[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]],
-            [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0]]),
-    "prev": ([[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0]],
-             [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]]),
-    "next": ([[0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 1]],
-             [[0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]]),
-    "left2": ([[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [.5, .5, 0, 0, 0], [0, .5, .5, 0, 0], [0, 0, .5, .5, 0]],
-              [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [.5, .5, 0, 0, 0]]),
-    "right3": ([[0, 1 / 3, 1 / 3, 1 / 3, 0], [0, 0, 1 / 3, 1 / 3, 1 / 3], [0, 0, 0, .5, .5], [0, 0, 0, 0, 1],
-                [0, 0, 0, 0, 1]],
-               [[0, .5, .5, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]]),
+    "cur": (
+        [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]],
+        [[1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0]],
+    ),
+    "prev": (
+        [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0]],
+        [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0, 1, 0, 0, 0]],
+    ),
+    "next": (
+        [[0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 1]],
+        [[0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]],
+    ),
+    "left2": (
+        [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.5, 0.5, 0, 0, 0], [0, 0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5, 0]],
+        [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0], [0.5, 0.5, 0, 0, 0]],
+    ),
+    "right3": (
+        [
+            [0, 1 / 3, 1 / 3, 1 / 3, 0],
+            [0, 0, 1 / 3, 1 / 3, 1 / 3],
+            [0, 0, 0, 0.5, 0.5],
+            [0, 0, 0, 0, 1],
+            [0, 0, 0, 0, 1],
+        ],
+        [[0, 0.5, 0.5, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 0, 0]],
+    ),
     "first": ([[1, 0, 0, 0, 0]] * 5, [[1, 0, 0, 0, 0]] * 3),
     "last": ([[0, 0, 0, 0, 1]] * 5, [[0, 0, 1, 0, 0]] * 3),
 }
@@ -275,7 +344,11 @@ def test_every_head_fixed_has_no_query_key_parameters_and_gradients_reach_the_re
     m = MultiHeadAttention(16, 2, 4, 4, impl=impl, fixed=["cur", "prev"])
     names = {n for n, _ in m.named_parameters()}
     assert not any(n.startswith(("q_", "k_")) for n in names), names
-    assert sum(p.numel() for p in m.parameters()) == attention_param_count(16, 2, 4, 4, True, None, 2) == (16 * 8 + 8) + (8 * 16 + 16)  # W^V, W^O
+    assert (
+        sum(p.numel() for p in m.parameters())
+        == attention_param_count(16, 2, 4, 4, True, None, 2)
+        == (16 * 8 + 8) + (8 * 16 + 16)
+    )  # W^V, W^O
     x = torch.randn(2, 4, 16, requires_grad=True)
     m(x)[0].square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
@@ -293,8 +366,16 @@ def test_fixed_head_grads_reach_values_not_learned_queries_of_other_heads():
 
 def test_head_analysis_treats_fixed_heads_as_heads():
     torch.manual_seed(7)
-    cfg = TransformerConfig(vocab_size=30, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32,
-                            fixed_heads={"enc_self": 3}, fixed_patterns=["prev", "next", "cur"])
+    cfg = TransformerConfig(
+        vocab_size=30,
+        d_model=16,
+        n_layers=2,
+        heads=4,
+        d_ff=24,
+        max_len=32,
+        fixed_heads={"enc_self": 3},
+        fixed_patterns=["prev", "next", "cur"],
+    )
     net = Transformer(cfg).eval()
     src = torch.randint(3, 30, (3, 7))
     src[1, 5:] = PAD

@@ -10,28 +10,30 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
+from conftest import needs_data, tiny_overrides
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.store import flatten_config
 from headsweep.sweeps import sweep as S
 from headsweep.sweeps.params import count_for, matched_d_ff
-from headsweep.store import flatten_config
 from headsweep.training.checks import ConfigError, check_config, check_resume, default_run_name
 from headsweep.training.train import train
-
-from conftest import needs_data, tiny_overrides
 
 NO_DATA = "data.dir=/nonexistent"  # a check that reads data would fail on this instead
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.kv_heads=3", r"model\.kv_heads=3 must divide heads=8 .*use one of 1, 2, 4, 8"),
-    ("model.kv_heads=0", r"model\.kv_heads=0 must divide heads=8"),
-    ("model.fixed_patterns=[cur,up]", r"model\.fixed_patterns: unknown fixed attention pattern 'up'"),
-    ("model.fixed_heads={enc_self:9}", r"model\.fixed_heads\.enc_self: 9 fixed heads but heads=8: at most 8"),
-    ("model.fixed_heads={enc_self:8}", r"model\.fixed_heads\.enc_self=8 but model\.fixed_patterns lists 7"),
-    ("model.fixed_heads={cross:2}", r"model\.fixed_heads\.cross: fixed heads go in enc_self or dec_self"),
-    ("model.fixed_heads={dec_self:3}", r"model\.fixed_heads\.dec_self: patterns \['next'\] look at later tokens"),
-    ("model={kv_heads:2,fixed_heads:{enc_self:1}}", r"fixed heads with kv_heads=2 < heads=8: .* not both"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.kv_heads=3", r"model\.kv_heads=3 must divide heads=8 .*use one of 1, 2, 4, 8"),
+        ("model.kv_heads=0", r"model\.kv_heads=0 must divide heads=8"),
+        ("model.fixed_patterns=[cur,up]", r"model\.fixed_patterns: unknown fixed attention pattern 'up'"),
+        ("model.fixed_heads={enc_self:9}", r"model\.fixed_heads\.enc_self: 9 fixed heads but heads=8: at most 8"),
+        ("model.fixed_heads={enc_self:8}", r"model\.fixed_heads\.enc_self=8 but model\.fixed_patterns lists 7"),
+        ("model.fixed_heads={cross:2}", r"model\.fixed_heads\.cross: fixed heads go in enc_self or dec_self"),
+        ("model.fixed_heads={dec_self:3}", r"model\.fixed_heads\.dec_self: patterns \['next'\] look at later tokens"),
+        ("model={kv_heads:2,fixed_heads:{enc_self:1}}", r"fixed heads with kv_heads=2 < heads=8: .* not both"),
+    ],
+)
 def test_bad_head_settings_fail_in_one_line_before_data(override, message):
     with pytest.raises(ConfigError, match=message) as e:
         check_config(compose([override, NO_DATA, "paths.output_dir=/tmp/x"]))
@@ -48,24 +50,47 @@ def fake_checkpoint(path: Path, **model) -> Path:
     return path
 
 
-@pytest.mark.parametrize("saved, overrides, message", [
-    ({"kv_heads": 2}, ["model.kv_heads=null"], "model.kv_heads: 2 and this run builds model.kv_heads: null (= heads)"),
-    ({}, ["model.kv_heads=1"], "model.kv_heads: null (= heads) and this run builds model.kv_heads: 1"),
-    ({"fixed_heads": {"enc_self": 7}}, [],
-     "model.fixed_heads: enc_self 7 (cur prev next left3 right3 first last) and this run builds model.fixed_heads: none"),
-    ({"fixed_heads": {"enc_self": 2}}, ["model.fixed_heads={enc_self:2}", "model.fixed_patterns=[prev,cur]"],
-     "model.fixed_heads: enc_self 2 (cur prev) and this run builds model.fixed_heads: enc_self 2 (prev cur)"),
-])
+@pytest.mark.parametrize(
+    "saved, overrides, message",
+    [
+        (
+            {"kv_heads": 2},
+            ["model.kv_heads=null"],
+            "model.kv_heads: 2 and this run builds model.kv_heads: null (= heads)",
+        ),
+        ({}, ["model.kv_heads=1"], "model.kv_heads: null (= heads) and this run builds model.kv_heads: 1"),
+        (
+            {"fixed_heads": {"enc_self": 7}},
+            [],
+            "model.fixed_heads: enc_self 7 (cur prev next left3 right3 first last) and this run builds model.fixed_heads: none",
+        ),
+        (
+            {"fixed_heads": {"enc_self": 2}},
+            ["model.fixed_heads={enc_self:2}", "model.fixed_patterns=[prev,cur]"],
+            "model.fixed_heads: enc_self 2 (cur prev) and this run builds model.fixed_heads: enc_self 2 (prev cur)",
+        ),
+    ],
+)
 def test_init_from_checkpoint_of_other_heads_fails_in_one_line_before_data(tmp_path, saved, overrides, message):
     fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", **saved)
-    with pytest.raises(ConfigError, match=re.escape(f"init_from={tmp_path / 'run'} was trained with {message}; "
-                                                    "fine-tune with the checkpoint's setting")) as e:
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            f"init_from={tmp_path / 'run'} was trained with {message}; fine-tune with the checkpoint's setting"
+        ),
+    ) as e:
         check_config(compose([*overrides, f"init_from={tmp_path / 'run'}", NO_DATA, "paths.output_dir=/tmp/x"]))
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("saved, override", [({}, "model.kv_heads=8"), ({"kv_heads": None}, "model.fixed_heads={enc_self:0}"),
-                                             ({"kv_heads": 8, "fixed_heads": {}}, "model.kv_heads=null")])
+@pytest.mark.parametrize(
+    "saved, override",
+    [
+        ({}, "model.kv_heads=8"),
+        ({"kv_heads": None}, "model.fixed_heads={enc_self:0}"),
+        ({"kv_heads": 8, "fixed_heads": {}}, "model.kv_heads=null"),
+    ],
+)
 def test_checkpoint_of_the_same_heads_spelled_otherwise_passes(tmp_path, saved, override):
     fake_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", **saved)
     check_config(compose([override, f"init_from={tmp_path / 'run'}", NO_DATA, "paths.output_dir=/tmp/x"]))
@@ -74,8 +99,13 @@ def test_checkpoint_of_the_same_heads_spelled_otherwise_passes(tmp_path, saved, 
 def test_resuming_a_run_of_other_heads_fails_in_one_line(tmp_path):
     fake_checkpoint(tmp_path / "checkpoints" / "last.ckpt", kv_heads=4)
     cfg = compose([f"paths.output_dir={tmp_path}", NO_DATA])
-    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path} holds a run trained with model.kv_heads: 4 and this "
-                                                    "run builds model.kv_heads: null (= heads); resume it with its own")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            f"{tmp_path} holds a run trained with model.kv_heads: 4 and this "
+            "run builds model.kv_heads: null (= heads); resume it with its own"
+        ),
+    ):
         check_resume(cfg, tmp_path)
     check_resume(compose([f"paths.output_dir={tmp_path}", "model.kv_heads=4"]), tmp_path)  # its own: fine
 
@@ -89,14 +119,18 @@ def test_fine_tuning_a_real_checkpoint_with_other_kv_heads_fails_before_data(tmp
     assert metrics["test/bleu"] >= 0
     overrides = [o for o in tiny_overrides(tmp_path / "ft", f"init_from={out}") if not o.startswith("data.dir=")]
     cfg = compose([*overrides, NO_DATA])
-    with pytest.raises(ConfigError, match=re.escape("model.kv_heads: 2 and this run builds model.kv_heads: null (= heads)")) as e:
+    with pytest.raises(
+        ConfigError, match=re.escape("model.kv_heads: 2 and this run builds model.kv_heads: null (= heads)")
+    ) as e:
         train(cfg)
     assert "\n" not in str(e.value)
 
 
 def test_run_names_say_shared_and_fixed_heads():
-    names = [default_run_name(compose([*o, "seed=1"])) for o in ([], ["model.kv_heads=8"], ["model.kv_heads=2"],
-                                                                  ["model.fixed_heads={enc_self:7,dec_self:0}"])]
+    names = [
+        default_run_name(compose([*o, "seed=1"]))
+        for o in ([], ["model.kv_heads=8"], ["model.kv_heads=2"], ["model.fixed_heads={enc_self:7,dec_self:0}"])
+    ]
     assert names == ["h8-dk32-dv32-s1", "h8-dk32-dv32-s1", "h8-dk32-dv32-kv2-s1", "h8-dk32-dv32-fixed_enc7-s1"]
 
 
@@ -105,8 +139,14 @@ def test_null_and_explicit_defaults_are_the_same_experiment():
     for key in ("kv_heads", "fixed_heads", "fixed_patterns"):  # a results.json from before these settings
         del old["model"][key]
     old = OmegaConf.create(old)
-    same = [compose([o]) for o in ("model.kv_heads=8", "model.fixed_heads={enc_self:0,dec_self:0}",
-                                   "model.fixed_patterns=[cur,prev,next,left3,right3,first,last]")]
+    same = [
+        compose([o])
+        for o in (
+            "model.kv_heads=8",
+            "model.fixed_heads={enc_self:0,dec_self:0}",
+            "model.fixed_patterns=[cur,prev,next,left3,right3,first,last]",
+        )
+    ]
     flats = [flatten_config(c) for c in (old, compose([]), *same)]
     assert all(f == flats[0] for f in flats), [set(f.items()) ^ set(flats[0].items()) for f in flats]
     assert flatten_config(compose(["model.kv_heads=4"]))["model.kv_heads"] == 4
@@ -145,8 +185,9 @@ def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     from headsweep.bench.decode_speed import decode_speed
     from headsweep.reports.report_table import decode_speed_columns as report_columns
 
-    record = decode_speed("kv_heads", tmp_path / "results", tmp_path / "multirun", sentences=2, beam=2,
-                          precision="32-true")
+    record = decode_speed(
+        "kv_heads", tmp_path / "results", tmp_path / "multirun", sentences=2, beam=2, precision="32-true"
+    )
     rows = {r["cell"]: r for r in record["cells"]}
     assert len(rows) == 6 and record["weights"].startswith("random")
     assert [r["kv_cache_vs_base"] for r in record["cells"][:4]] == [1.0, 0.5, 0.25, 0.125]
@@ -154,7 +195,9 @@ def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     assert rows["h8-dk32-dv32-ff1024-kv8"]["kv_cache_bytes"]["self_per_target_token"] == 3 * 2 * 8 * 32 * 4
     saved = json.loads((tmp_path / "results" / "kv_heads" / "decode_speed.json").read_text())
     assert saved["cells"] == record["cells"] and saved["cpu"] == record["cpu"] and "bf16" in saved["cpu"]
-    assert report_columns(tmp_path / "results" / "kv_heads")["h8-dk32-dv32-ff1024-kv1"]["KV cache (KiB/token)"] == "0.8"  # 768 B
+    assert (
+        report_columns(tmp_path / "results" / "kv_heads")["h8-dk32-dv32-ff1024-kv1"]["KV cache (KiB/token)"] == "0.8"
+    )  # 768 B
 
 
 @needs_data

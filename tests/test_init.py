@@ -14,17 +14,16 @@ import yaml
 from omegaconf import OmegaConf
 from torch import nn
 
-from headsweep.store import flatten_config
+from conftest import needs_data
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.sweeps import planning as P
-from headsweep.sweeps import specs as S
-from headsweep.sweeps.init_check import bases, confound_lines, init_check_table, measure, run_check
 from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig, convert_impl
 from headsweep.model.attention import init_projection
 from headsweep.model.diagnostics import differences, init_check, module_gains, projection_gains, synthetic_batch
+from headsweep.store import flatten_config
+from headsweep.sweeps import planning as P
+from headsweep.sweeps import specs as S
+from headsweep.sweeps.init_check import bases, confound_lines, init_check_table, measure, run_check
 from headsweep.training.checks import ConfigError, check_config
-
-from conftest import needs_data
 
 XAVIER_KV1 = math.sqrt(6 / (256 + 32)) / math.sqrt(6 / (256 + 256))  # = 4/3: the mirror cell's init_kv_gain
 
@@ -73,8 +72,17 @@ def test_fan_in_is_lecun_uniform():
         torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("model", [dict(kv_heads=1), dict(kv_heads=2), dict(heads=1, d_k=32, d_v=32),
-                                   dict(heads=32, d_k=32, d_v=32), dict(d_k=8, d_v=32), dict(fixed_heads={"enc_self": 7})])
+@pytest.mark.parametrize(
+    "model",
+    [
+        dict(kv_heads=1),
+        dict(kv_heads=2),
+        dict(heads=1, d_k=32, d_v=32),
+        dict(heads=32, d_k=32, d_v=32),
+        dict(d_k=8, d_v=32),
+        dict(fixed_heads={"enc_self": 7}),
+    ],
+)
 def test_fan_in_gains_are_one_whatever_the_head_sizes_and_xavier_s_are_not(model):
     gains = projection_gains(built(**model)[0])
     assert all(g == pytest.approx(1.0, abs=0.02) for kind in gains.values() for g in kind.values()), gains
@@ -93,7 +101,9 @@ def test_xavier_gains_are_the_issues_and_the_mirror_gain_restores_kv1_s():
     assert h32["o"] == pytest.approx(math.sqrt(2 * 1024 / (1024 + 256)), rel=0.02)  # 1.26
     mirror = projection_gains(built(init_kv_gain=4 / 3)[0])
     for kind in mirror:
-        assert mirror[kind]["k"] == pytest.approx(kv1["k"], rel=0.02) and mirror[kind]["v"] == pytest.approx(kv1["v"], rel=0.02)
+        assert mirror[kind]["k"] == pytest.approx(kv1["k"], rel=0.02) and mirror[kind]["v"] == pytest.approx(
+            kv1["v"], rel=0.02
+        )
         assert mirror[kind]["q"] == pytest.approx(1.0, abs=0.02) and mirror[kind]["o"] == pytest.approx(1.0, abs=0.02)
     # the same draws, scaled: only W^K and W^V move, by exactly the gain
     a, b = built()[0].encoder[0].self_attn, built(init_kv_gain=4 / 3)[0].encoder[0].self_attn
@@ -121,15 +131,24 @@ def test_per_head_and_fused_layouts_draw_from_the_same_distribution_under_fan_in
     assert (again.init, again.init_kv_gain) == (per_head.init, per_head.init_kv_gain)
 
 
-@pytest.mark.parametrize("model, message, checked", [
-    (dict(init="he"), r"model.init='he': use one of fan_in, xavier",
-     r"model.init must be one of fan_in, xavier, got 'he'"),
-    (dict(init_kv_gain=0.0), r"model.init_kv_gain=0.0 multiplies the init bound of W\^K and W\^V: use a finite",
-     r"model.init_kv_gain must be a number in \(0, 100\], got 0.0"),
-    (dict(init_kv_gain=-1.0), r"model.init_kv_gain=-1.0", r"model.init_kv_gain must be .*, got -1.0"),
-    (dict(init_kv_gain=float("nan")), r"model.init_kv_gain=nan", r"model.init_kv_gain must be .*, got nan"),
-    (dict(init_kv_gain=float("inf")), r"model.init_kv_gain=inf", r"model.init_kv_gain must be .*, got inf"),
-])
+@pytest.mark.parametrize(
+    "model, message, checked",
+    [
+        (
+            dict(init="he"),
+            r"model.init='he': use one of fan_in, xavier",
+            r"model.init must be one of fan_in, xavier, got 'he'",
+        ),
+        (
+            dict(init_kv_gain=0.0),
+            r"model.init_kv_gain=0.0 multiplies the init bound of W\^K and W\^V: use a finite",
+            r"model.init_kv_gain must be a number in \(0, 100\], got 0.0",
+        ),
+        (dict(init_kv_gain=-1.0), r"model.init_kv_gain=-1.0", r"model.init_kv_gain must be .*, got -1.0"),
+        (dict(init_kv_gain=float("nan")), r"model.init_kv_gain=nan", r"model.init_kv_gain must be .*, got nan"),
+        (dict(init_kv_gain=float("inf")), r"model.init_kv_gain=inf", r"model.init_kv_gain must be .*, got inf"),
+    ],
+)
 def test_bad_init_settings_are_one_line_before_anything_is_built(model, message, checked):
     """The constructor's own message for a Python caller; the settings schema's (key, value, what is allowed,
     what to do) for a config, before anything is built."""
@@ -144,9 +163,12 @@ def test_bad_init_settings_are_one_line_before_anything_is_built(model, message,
 def test_a_sweep_that_mixes_inits_stops_with_one_line(tmp_path):
     specs = tmp_path / "specs"
     specs.mkdir()
-    (specs / "bad.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {
-        "model.init": {"values": ["fan_in", "xavier"]}}}))
-    with pytest.raises(S.SweepError, match=r"different model.init \(fan_in, xavier\).*set model.init for the whole sweep"):
+    (specs / "bad.yaml").write_text(
+        yaml.safe_dump({"method": "grid", "parameters": {"model.init": {"values": ["fan_in", "xavier"]}}})
+    )
+    with pytest.raises(
+        S.SweepError, match=r"different model.init \(fan_in, xavier\).*set model.init for the whole sweep"
+    ):
         P.plan("bad", seeds=1, root=tmp_path, specs_dir=specs)
 
 
@@ -200,8 +222,9 @@ def test_the_mirror_cell_is_one_cell_at_xavier_s_kv1_scale(tmp_path):
     cfgs = [compose([*sweep.common, *j.overrides]) for j in sweep.jobs]
     assert {c.model.init for c in cfgs} == {"fan_in"} and {c.module.decay_by for c in cfgs} == {"steps"}
     assert [(c.model.kv_heads, c.model.init_kv_gain) for c in cfgs][-1] == (8, pytest.approx(XAVIER_KV1, rel=1e-15))
-    assert [(c.model.kv_heads, c.model.d_ff) for c in cfgs][:-1] == \
-        [(c.model.kv_heads, c.model.d_ff) for c in (compose([*kv_heads.common, *j.overrides]) for j in kv_heads.jobs)]
+    assert [(c.model.kv_heads, c.model.d_ff) for c in cfgs][:-1] == [
+        (c.model.kv_heads, c.model.d_ff) for c in (compose([*kv_heads.common, *j.overrides]) for j in kv_heads.jobs)
+    ]
     assert sweep.jobs[-1].name == "h8-dk32-dv32-ff1024-kv8-kvgain1.33333-s1"
 
 
@@ -222,12 +245,12 @@ def test_the_report_table_and_old_runs_measured_from_their_config():
 # Cells that cannot agree with their base by design: (sweep glob, cell glob, quantity prefix) -> why.
 BY_DESIGN = {
     ("*", "*fixed_enc[1-9]*", "attn/residual enc_self"): "fixed heads attend to one token or a few (cur, prev, "
-                                                         "next, left3, ...): their output keeps more of each value",
+    "next, left3, ...): their output keeps more of each value",
     ("kv_heads_init", "*kvgain1.33333*", "gain W^K"): "the mirror cell scales W^K by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "gain W^V"): "the mirror cell scales W^V by 4/3 on purpose",
     ("kv_heads_init", "*kvgain1.33333*", "attn/residual"): "... and so the attention output",
     ("table3_e*", "*pos-learned*", "attn/residual"): "learned positions (N(0, 1)) add variance 1 to the "
-                                                             "residual stream, sinusoids 0.5: another residual",
+    "residual stream, sinusoids 0.5: another residual",
 }
 # table3_c's d_model 128 and 512 cells and table3_c_paper's 256 and 1024 have no base at their width: each is
 # its own base (init_check.bases), so they are compared with nothing.
@@ -250,9 +273,13 @@ def mismatches(name: str, init: str, tolerance: float = 0.05) -> dict[str, list[
     labels, flats, checks = cells_at_init(name, init)
     out = {}
     for i, b in enumerate(bases(flats)):
-        found = [q for q, _, _ in differences(checks[i], checks[b], tolerance)
-                 if not any(fnmatch.fnmatch(name, s) and fnmatch.fnmatch(labels[i], c) and q.startswith(p)
-                            for s, c, p in BY_DESIGN)]
+        found = [
+            q
+            for q, _, _ in differences(checks[i], checks[b], tolerance)
+            if not any(
+                fnmatch.fnmatch(name, s) and fnmatch.fnmatch(labels[i], c) and q.startswith(p) for s, c, p in BY_DESIGN
+            )
+        ]
         if found:
             out[labels[i]] = found
     return out
@@ -305,8 +332,10 @@ def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
     model = dataclasses.asdict(TransformerConfig())
     saved = {k: v for k, v in model.items() if k not in ("init", "init_kv_gain")}
     (tmp_path / "checkpoints").mkdir()
-    torch.save({"hyper_parameters": {"model": saved, "tokenizer_json": "tok"}, "global_step": 7},
-               tmp_path / "checkpoints" / "last.ckpt")
+    torch.save(
+        {"hyper_parameters": {"model": saved, "tokenizer_json": "tok"}, "global_step": 7},
+        tmp_path / "checkpoints" / "last.ckpt",
+    )
     assert resume_checkpoint(tmp_path, {**model, "init": "xavier"}, "tok")[1] == 7
     with pytest.raises(ResumeError, match=r"another model \(model.init: 'xavier' there, 'fan_in' here\)"):
         resume_checkpoint(tmp_path, model, "tok")

@@ -9,10 +9,9 @@ import pytest
 from sacrebleu import corpus_bleu
 from tokenizers import Tokenizer
 
+from conftest import DATA, needs_data
 from headsweep.reports import lengths as LEN
 from headsweep.reports.cells import as_run
-
-from conftest import DATA, needs_data
 
 WORDS = "a man in a blue shirt is riding a red bike down the busy street near the old market".split()
 
@@ -36,7 +35,9 @@ def test_each_bucket_is_corpus_bleu_of_its_sentences_with_the_seeds_pooled():
     out = LEN.by_length(LEN.sentence_stats(base, refs), LEN.sentence_stats(cell, refs), n, n_samples=50)
     for (lo, hi), bucket in zip(LEN.BUCKETS, out["buckets"]):
         idx = [i for i, k in enumerate(n) if k >= lo and (hi is None or k <= hi)]
-        pooled = lambda hyps: corpus_bleu([h[i] for h in hyps for i in idx], [[refs[i] for _ in hyps for i in idx]]).score  # noqa: E731
+        pooled = lambda hyps: (
+            corpus_bleu([h[i] for h in hyps for i in idx], [[refs[i] for _ in hyps for i in idx]]).score
+        )  # noqa: E731
         assert bucket["n"] == len(idx)
         assert bucket["delta"] == pytest.approx(pooled(cell) - pooled(base), abs=1e-9)
 
@@ -81,8 +82,10 @@ def test_against_wide_cancels_what_every_cell_shares_with_the_base():
     base = LEN.sentence_stats([[r if k <= 8 else spoil(r) for r, k in zip(refs, n)]], refs)
     half = [[spoil(r) if i % 3 == 0 else r for i, r in enumerate(refs)]]  # loses a third of every bucket
     worse = [[spoil(r) if i % 3 == 0 or (k > 8 and i % 3 == 1) else r for i, (r, k) in enumerate(zip(refs, n))]]
-    rows = [{"d_k": d, "base_key": "b", "contrasts": LEN.by_length(base, LEN.sentence_stats(h, refs), n, 200)["contrasts"]}
-            for d, h in ((32, half), (8, worse), (8, half))]
+    rows = [
+        {"d_k": d, "base_key": "b", "contrasts": LEN.by_length(base, LEN.sentence_stats(h, refs), n, 200)["contrasts"]}
+        for d, h in ((32, half), (8, worse), (8, half))
+    ]
     LEN.against_wide(rows)
     assert rows[0]["against_wide"] is None  # a wide cell is the reference, not compared
     assert rows[1]["against_wide"]["hi"] < 0 and rows[1]["against_wide"]["n_wide"] == 1

@@ -3,7 +3,6 @@
 import pytest
 import torch
 import torch.nn.functional as F
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from headsweep.model.losses import linear_cross_entropy

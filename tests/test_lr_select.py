@@ -8,13 +8,14 @@ import subprocess
 import pytest
 from omegaconf import OmegaConf
 
-from headsweep.config import compose
-from headsweep.sweeps import launch as L, lr_select as LR, sweep as S
-from headsweep.sweeps.jobs import Job
-from headsweep.reports.report import write_report
-from headsweep.training.runs import is_complete
-
 from conftest import fake_run, needs_data, seen, stored_run, tiny_overrides, write_results
+from headsweep.config import compose
+from headsweep.reports.report import write_report
+from headsweep.sweeps import launch as L
+from headsweep.sweeps import lr_select as LR
+from headsweep.sweeps import sweep as S
+from headsweep.sweeps.jobs import Job
+from headsweep.training.runs import is_complete
 
 TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 
@@ -63,8 +64,13 @@ def test_phase_1_is_seed_1_of_every_cell_at_every_rate_and_composes(tmp_path):
     assert "base" not in jobs[0].tags  # a grid run is no seed (nor base) of its cell for any reader of results/
     # the job file (what trains) composes the rate and its record
     L.write_jobs(lr.grid_sweep, [job])
-    cfg = compose([*lr.grid_sweep.common, f"hydra.searchpath=[file://{(lr.grid_sweep.dir / '.jobs').resolve()}]",
-                   f"+{L.JOB_GROUP}={job.name}"])
+    cfg = compose(
+        [
+            *lr.grid_sweep.common,
+            f"hydra.searchpath=[file://{(lr.grid_sweep.dir / '.jobs').resolve()}]",
+            f"+{L.JOB_GROUP}={job.name}",
+        ]
+    )
     assert cfg.module.peak_lr == 1e-3 and cfg.model.positions == "learned" and cfg.seed == 1
     assert OmegaConf.to_container(cfg.lr_select) == {"phase": "grid", "grid": GRID, "select_on": "val/loss"}
     assert "module.peak_lr" not in " ".join(lr.grid_sweep.common)  # per job, not common
@@ -79,19 +85,32 @@ def test_phase_2_takes_each_cells_lowest_val_loss_and_reuses_seed_1(tmp_path):
     chosen, waiting = LR.chosen_sweep(lr)
     assert waiting == []
     assert [j.name for j in chosen.jobs] == [f"{c}-s{s}" for s in (1, 2) for c in CELLS]  # seed-major
-    rate = {j.name: float(next(o for o in j.overrides if o.startswith("module.peak_lr=")).split("=")[1])
-            for j in chosen.jobs}
+    rate = {
+        j.name: float(next(o for o in j.overrides if o.startswith("module.peak_lr=")).split("=")[1])
+        for j in chosen.jobs
+    }
     assert rate == {f"{CELLS[0]}-s1": 1e-3, f"{CELLS[0]}-s2": 1e-3, f"{CELLS[1]}-s1": 2e-3, f"{CELLS[1]}-s2": 2e-3}
     s1 = {j.name: j for j in chosen.jobs}
     assert s1[f"{CELLS[0]}-s1"].same_as == lr.cells[0].grid_jobs[1e-3].export  # the selecting run: copied
     assert s1[f"{CELLS[1]}-s1"].same_as == lr.cells[1].grid_jobs[2e-3].export
     assert s1[f"{CELLS[0]}-s2"].same_as is None
-    assert s1[f"{CELLS[0]}-s1"].base and s1[f"{CELLS[0]}-s1"].tags == ["row-E", f"cell-{CELLS[0]}", "base", "lr-chosen",
-                                                                        "lr0.001"]
+    assert s1[f"{CELLS[0]}-s1"].base and s1[f"{CELLS[0]}-s1"].tags == [
+        "row-E",
+        f"cell-{CELLS[0]}",
+        "base",
+        "lr-chosen",
+        "lr0.001",
+    ]
     record = LR._record_of(s1[f"{CELLS[1]}-s2"])
-    assert record == {"phase": "chosen", "grid": GRID, "select_on": "val/loss", "chosen": 2e-3, "default": 2e-3,
-                      "val_loss": [2.50, 2.45, 2.30], "grid_runs": [f"{CELLS[1]}-lr{v}-s1" for v in
-                                                                    ("0.0005", "0.001", "0.002")]}
+    assert record == {
+        "phase": "chosen",
+        "grid": GRID,
+        "select_on": "val/loss",
+        "chosen": 2e-3,
+        "default": 2e-3,
+        "val_loss": [2.50, 2.45, 2.30],
+        "grid_runs": [f"{CELLS[1]}-lr{v}-s1" for v in ("0.0005", "0.001", "0.002")],
+    }
 
 
 def test_ties_go_to_the_smaller_rate_and_a_diverged_run_loses():
@@ -113,16 +132,31 @@ def test_a_cell_waits_while_one_of_its_grid_runs_is_missing_and_nan_counts_as_wo
     assert LR._record_of(chosen.jobs[0])["chosen"] == 5e-4 and LR._record_of(chosen.jobs[0])["val_loss"][1] is None
 
 
-@pytest.mark.parametrize("grid, message", [
-    ("0,1e-3", "--lr-grid 0,1e-3: 0 is not a learning rate > 0"),
-    ("-1e-3,1e-3", "-1e-3 is not a learning rate > 0"),
-    ("1e-3,fast", "'fast' is not a number"),
-    ("1e-3", "a grid needs at least two different rates"),
-    ("1e-3,0.001", "a grid needs at least two different rates"),
-])
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ("0,1e-3", "--lr-grid 0,1e-3: 0 is not a learning rate > 0"),
+        ("-1e-3,1e-3", "-1e-3 is not a learning rate > 0"),
+        ("1e-3,fast", "'fast' is not a number"),
+        ("1e-3", "a grid needs at least two different rates"),
+        ("1e-3,0.001", "a grid needs at least two different rates"),
+    ],
+)
 def test_a_bad_grid_stops_with_one_line_before_anything(tmp_path, capsys, no_launch, grid, message):
-    assert S.main(["--sweep", "table3_e", f"--lr-grid={grid}", "--root", str(tmp_path / "mr"),
-                   "--results", str(tmp_path / "results")]) == 2
+    assert (
+        S.main(
+            [
+                "--sweep",
+                "table3_e",
+                f"--lr-grid={grid}",
+                "--root",
+                str(tmp_path / "mr"),
+                "--results",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "mr").exists()
@@ -143,25 +177,47 @@ def test_selection_on_a_test_split_cannot_be_asked_for(tmp_path, capsys, no_laun
     # by construction: one number, the validation loss; no option names another
     assert LR.SELECT_ON == "val/loss"
     with pytest.raises(SystemExit):
-        S.main(["--sweep", "table3_e", "--lr-grid", "5e-4,1e-3", "--lr-select-on", "test/loss",
-                "--root", str(tmp_path / "mr")])
+        S.main(
+            [
+                "--sweep",
+                "table3_e",
+                "--lr-grid",
+                "5e-4,1e-3",
+                "--lr-select-on",
+                "test/loss",
+                "--root",
+                str(tmp_path / "mr"),
+            ]
+        )
     assert "unknown option --lr-select-on" in capsys.readouterr().err
     assert not (tmp_path / "mr").exists()
 
 
 def test_dry_lists_both_phases_and_runs_nothing(tmp_path, capsys, no_launch):
-    args = ["--sweep", "table3_e", "--seeds", "2", "--lr-grid", "5e-4,1e-3,2e-3", "--dry",
-            "--root", str(tmp_path / "mr"), "--results", str(tmp_path / "results")]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--seeds",
+        "2",
+        "--lr-grid",
+        "5e-4,1e-3,2e-3",
+        "--dry",
+        "--root",
+        str(tmp_path / "mr"),
+        "--results",
+        str(tmp_path / "results"),
+    ]
     assert S.main(args) == 0
     out = capsys.readouterr().out
-    assert out.count("to run  ") == 6 and f"waits for its grid runs (0 of 3 finished)" in out
+    assert out.count("to run  ") == 6 and "waits for its grid runs (0 of 3 finished)" in out
     lr = plan(tmp_path)
     grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.35], CELLS[1]: [2.50, 2.45, 2.30]})
     assert S.main(args) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
-    assert [l[:2] for l in lines if l[0] == "done"] == [["done", f"{c}-lr{v}-s1"] for c in CELLS
-                                                          for v in ("0.0005", "0.001", "0.002")]
+    assert [l[:2] for l in lines if l[0] == "done"] == [
+        ["done", f"{c}-lr{v}-s1"] for c in CELLS for v in ("0.0005", "0.001", "0.002")
+    ]
     assert [l[:2] for l in lines if l[0] == "shared"] == [["shared", f"{c}-s1"] for c in CELLS]
     assert [l[2] for l in lines if l[:2] == ["to", "run"]] == [f"{c}-s2" for c in CELLS]
     assert f"{CELLS[0]}: chosen module.peak_lr=0.001 (val/loss 0.0005: 2.4000, 0.001: 2.3100, 0.002: 2.3500" in out
@@ -215,21 +271,54 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
         heads = cell[1]
         tags = ",".join([f"cell-{cell}", *(["base"] if heads == "8" else [])])
         for v, loss, b in zip((1e-3, 2e-3), val, bleu):
-            fake_run(root, "g", f"{cell}-lr{v:g}-s1", 1, b, [
-                f"model.heads={heads}", f"module.peak_lr={v}", f"lr_select={{phase:grid,grid:{grid}}}",
-                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"],
-                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": b, "val/loss": loss},
-                params={"total": 7_577_600})
+            fake_run(
+                root,
+                "g",
+                f"{cell}-lr{v:g}-s1",
+                1,
+                b,
+                [
+                    f"model.heads={heads}",
+                    f"module.peak_lr={v}",
+                    f"lr_select={{phase:grid,grid:{grid}}}",
+                    f"tags=[cell-{cell}-lr{v:g},lr-grid]",
+                    "sweep=g",
+                    f"data.dir={data}",
+                ],
+                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n",
+                metrics={"test/bleu": b, "val/loss": loss},
+                params={"total": 7_577_600},
+            )
         for seed in (1, 2, 3):
             b = bleu[[1e-3, 2e-3].index(chosen)] if seed == 1 else 30.0 + seed + (heads == "8")
-            fake_run(root, "g", f"{cell}-s{seed}", seed, b, [
-                f"model.heads={heads}", f"module.peak_lr={chosen}", "sweep=g", f"tags=[{tags}]",
-                f"lr_select={{phase:chosen,grid:{grid},chosen:{chosen},default:0.002}}", f"data.dir={data}"],
-                metrics={"test/bleu": b, "val/loss": 2.2}, params={"total": 7_577_600})
+            fake_run(
+                root,
+                "g",
+                f"{cell}-s{seed}",
+                seed,
+                b,
+                [
+                    f"model.heads={heads}",
+                    f"module.peak_lr={chosen}",
+                    "sweep=g",
+                    f"tags=[{tags}]",
+                    f"lr_select={{phase:chosen,grid:{grid},chosen:{chosen},default:0.002}}",
+                    f"data.dir={data}",
+                ],
+                metrics={"test/bleu": b, "val/loss": 2.2},
+                params={"total": 7_577_600},
+            )
     # another sweep ran the base's experiment (seed 1) at 4e-3, past the grid's top, and did worse
-    fake_run(root, "other", "h8-dk32-dv32-lr0.004-s1", 1, 20.0, [
-        "model.heads=8", "module.peak_lr=0.004", "sweep=other", f"data.dir={data}"],
-        metrics={"test/bleu": 20.0, "val/loss": 3.1}, params={"total": 7_577_600})
+    fake_run(
+        root,
+        "other",
+        "h8-dk32-dv32-lr0.004-s1",
+        1,
+        20.0,
+        ["model.heads=8", "module.peak_lr=0.004", "sweep=other", f"data.dir={data}"],
+        metrics={"test/bleu": 20.0, "val/loss": 3.1},
+        params={"total": 7_577_600},
+    )
     paths = write_report("g", root, tmp_path / "reports", n_samples=10)
     md = paths[0].read_text()
     assert "6 runs (3 seeds per cell) in 2 cells" in md  # the 4 grid runs are no seeds of their cells
@@ -241,25 +330,37 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
     assert (tmp_path / "reports" / "g-lr.png").is_file()
     # with a grid of two rates every choice is an edge: the report says the optimum may lie beyond it, unless
     # a run past the edge in results/ did worse (the base's 4e-3 run of sweep `other`)
-    assert "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.001)." in md
-    assert ("- h8-dk32-dv32 chose 0.002, the grid's edge, at val loss 2.200; the same experiment and seed past that "
-            "edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100).") in md
+    assert (
+        "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.001)." in md
+    )
+    assert (
+        "- h8-dk32-dv32 chose 0.002, the grid's edge, at val loss 2.200; the same experiment and seed past that "
+        "edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100)."
+    ) in md
 
 
 def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
     from headsweep.reports.report_lr import edge_lines
+
     grid = dict.fromkeys("abc", [5e-4, 1e-3, 2e-3])  # each cell's grid
     assert edge_lines({"a": 1e-3, "b": 1e-3}, grid) == [
-        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002).", ""]
+        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002).",
+        "",
+    ]
     flagged = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid)[0]
     assert "2 of 3 cells" in flagged and "b (0.002)" in flagged and "c (0.0005)" in flagged and "a (" not in flagged
     # a run past b's edge that did worse brackets b; one past c's that did better keeps c flagged, and names it
-    lines = edge_lines({"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid, {"b": {4e-3: 3.1}, "c": {2.5e-4: 2.0}},
-                       {"a": 2.3, "b": 2.2, "c": 2.4})
+    lines = edge_lines(
+        {"a": 1e-3, "b": 2e-3, "c": 5e-4}, grid, {"b": {4e-3: 3.1}, "c": {2.5e-4: 2.0}}, {"a": 2.3, "b": 2.2, "c": 2.4}
+    )
     assert "1 of 3 cells" in lines[0] and "c (0.0005) [past it, in results/: 0.00025 val loss 2.000]" in lines[0]
-    assert lines[1].startswith("- b chose 0.002, the grid's edge, at val loss 2.200;") and "0.004 (val loss 3.100)" in lines[1]
+    assert (
+        lines[1].startswith("- b chose 0.002, the grid's edge, at val loss 2.200;")
+        and "0.004 (val loss 3.100)" in lines[1]
+    )
     assert edge_lines({"b": 2e-3}, grid, {"b": {4e-3: 3.1}}, {"b": 2.2})[0] == (
-        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), or at its edge with a worse run past it (below).")
+        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), or at its edge with a worse run past it (below)."
+    )
 
 
 def test_a_cell_chooses_within_its_own_grid_when_another_cell_s_grid_was_widened(tmp_path):
@@ -267,32 +368,66 @@ def test_a_cell_chooses_within_its_own_grid_when_another_cell_s_grid_was_widened
     among its own three rates (no "waits" for a 4e-3 run nobody planned), its row says which rate was not in
     its grid, and its choice at the top of its own grid is flagged as an edge, the base's 2e-3 is not."""
     from headsweep.reports.report_lr import cell_grids, edge_lines, grid_words
+
     root, data = tmp_path / "results", tmp_path / "data"
     data.mkdir()
     (data / "test_2016_flickr.en").write_text("a\n")
-    losses = {"h8-dk32-dv32": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.2, 4e-3: 3.1}, "h4-dk64-dv64": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.3}}
+    losses = {
+        "h8-dk32-dv32": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.2, 4e-3: 3.1},
+        "h4-dk64-dv64": {5e-4: 2.9, 1e-3: 2.4, 2e-3: 2.3},
+    }
     for cell, rates in losses.items():
         heads = cell[1]
         for v, loss in rates.items():
             grid = "[0.0005,0.001,0.002,0.004]" if v == 4e-3 else "[0.0005,0.001,0.002]"
-            fake_run(root, "g", f"{cell}-lr{v:g}-s1", 1, 30.0, [
-                f"model.heads={heads}", f"module.peak_lr={v}", f"lr_select={{phase:grid,grid:{grid}}}",
-                f"tags=[cell-{cell}-lr{v:g},lr-grid]", "sweep=g", f"data.dir={data}"],
-                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n", metrics={"test/bleu": 30.0, "val/loss": loss},
-                params={"total": 7_577_600})
+            fake_run(
+                root,
+                "g",
+                f"{cell}-lr{v:g}-s1",
+                1,
+                30.0,
+                [
+                    f"model.heads={heads}",
+                    f"module.peak_lr={v}",
+                    f"lr_select={{phase:grid,grid:{grid}}}",
+                    f"tags=[cell-{cell}-lr{v:g},lr-grid]",
+                    "sweep=g",
+                    f"data.dir={data}",
+                ],
+                curve=f"step,val/loss\n229,3.5\n1149,{loss}\n",
+                metrics={"test/bleu": 30.0, "val/loss": loss},
+                params={"total": 7_577_600},
+            )
         tags = ",".join([f"cell-{cell}", *(["base"] if heads == "8" else [])])
         for seed in (1, 2):
-            fake_run(root, "g", f"{cell}-s{seed}", seed, 30.0, [
-                f"model.heads={heads}", "module.peak_lr=0.002", "sweep=g", f"tags=[{tags}]",
-                "lr_select={phase:chosen,grid:[0.0005,0.001,0.002],chosen:0.002,default:0.002}", f"data.dir={data}"],
-                metrics={"test/bleu": 30.0, "val/loss": 2.2}, params={"total": 7_577_600})
+            fake_run(
+                root,
+                "g",
+                f"{cell}-s{seed}",
+                seed,
+                30.0,
+                [
+                    f"model.heads={heads}",
+                    "module.peak_lr=0.002",
+                    "sweep=g",
+                    f"tags=[{tags}]",
+                    "lr_select={phase:chosen,grid:[0.0005,0.001,0.002],chosen:0.002,default:0.002}",
+                    f"data.dir={data}",
+                ],
+                metrics={"test/bleu": 30.0, "val/loss": 2.2},
+                params={"total": 7_577_600},
+            )
     md = write_report("g", root, tmp_path / "reports", n_samples=10)[0].read_text()
     assert "| h8-dk32-dv32 (base) | 2.9000 | 2.4000 | **2.2000** | 3.1000 | 0.002 | 0.002 |" in md
     assert "| h4-dk64-dv64 | 2.9000 | 2.4000 | **2.3000** | not in its grid | 0.002 | 0.002 |" in md
     assert "waits" not in md
-    assert ("its grid (the cells' grids differ: 0.0005, 0.001, 0.002, 0.004 for h8-dk32-dv32; "
-            "0.0005, 0.001, 0.002 for h4-dk64-dv64)") in md
-    assert "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.002)." in md
+    assert (
+        "its grid (the cells' grids differ: 0.0005, 0.001, 0.002, 0.004 for h8-dk32-dv32; "
+        "0.0005, 0.001, 0.002 for h4-dk64-dv64)"
+    ) in md
+    assert (
+        "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: h4-dk64-dv64 (0.002)." in md
+    )
     grids = {"a": [1e-3, 2e-3, 4e-3], "b": [5e-4, 1e-3, 2e-3]}
     assert edge_lines({"a": 2e-3, "b": 1e-3}, grids)[0] == "- Every cell's chosen rate lies inside its own grid."
     assert cell_grids({}) == {} and grid_words(["a"], {"a": [1e-3, 2e-3]}) == "the grid 0.001, 0.002"
@@ -304,9 +439,24 @@ def test_tiny_lr_grid_end_to_end(tmp_path, capsys, monkeypatch):
     """table3_e's learned-positions cell (--only), grid 1e-3, 2e-3, 2 seeds: 2 grid runs, the choice, 1 more run;
     every run records its rate's origin in its config; the same command again trains nothing."""
     cell = "h4-dk8-dv8-pos-learned"
-    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
-            "--jobs", "1", "--seeds", "2", "--lr-grid", "1e-3,2e-3", "--only", f"{cell}-*", *TINY,
-            f"data.cache_dir={tmp_path / 'cache'}"]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--root",
+        str(tmp_path / "multirun"),
+        "--results",
+        str(tmp_path / "results"),
+        "--jobs",
+        "1",
+        "--seeds",
+        "2",
+        "--lr-grid",
+        "1e-3,2e-3",
+        "--only",
+        f"{cell}-*",
+        *TINY,
+        f"data.cache_dir={tmp_path / 'cache'}",
+    ]
     assert S.main(args) == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "2 done, 0 skipped" in out and "1 done, 1 skipped" in out  # phase 2: seed 1 copied, not trained

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from headsweep.model.attention import attention_param_count
 from headsweep.model import Transformer, TransformerConfig, count_parameters
+from headsweep.model.attention import attention_param_count
 from headsweep.model.transformer import Dropout
 
 
@@ -12,8 +12,10 @@ def small(**kw) -> TransformerConfig:
     return TransformerConfig(**{**dict(vocab_size=50, d_model=16, n_layers=2, heads=4, d_ff=24, max_len=32), **kw})
 
 
-@pytest.mark.parametrize("kw", [{}, {"d_k": 3, "d_v": 7}, {"heads": 1}, {"norm_first": True},
-                                {"positions": "learned"}, {"tie_embeddings": False}])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"d_k": 3, "d_v": 7}, {"heads": 1}, {"norm_first": True}, {"positions": "learned"}, {"tie_embeddings": False}],
+)
 def test_parameter_count_closed_form(kw):
     cfg = small(**kw)
     counts = count_parameters(Transformer(cfg))
@@ -42,9 +44,16 @@ def test_padding_and_causality():
         torch.testing.assert_close(model(src, changed)[:, :3], out[:, :3])
 
 
-@pytest.mark.parametrize("kw", [{}, {"norm_first": True, "positions": "learned", "impl": "per_head"},
-                                {"kv_heads": 1}, {"kv_heads": 2, "impl": "per_head"},
-                                {"fixed_heads": {"enc_self": 3, "dec_self": 2}, "fixed_patterns": ["prev", "left2", "cur"]}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"norm_first": True, "positions": "learned", "impl": "per_head"},
+        {"kv_heads": 1},
+        {"kv_heads": 2, "impl": "per_head"},
+        {"fixed_heads": {"enc_self": 3, "dec_self": 2}, "fixed_patterns": ["prev", "left2", "cur"]},
+    ],
+)
 def test_cached_decoding_equals_full_decoding(kw):
     torch.manual_seed(1)
     model = Transformer(small(**kw)).eval()
@@ -85,11 +94,13 @@ def test_a_tiny_model_learns_to_copy():
 
     torch.manual_seed(0)
     bos, eos, vocab, n, steps, warmup = 1, 2, 12, 8, 300, 50  # copy 8 of the tokens 3..11
-    net = Transformer(TransformerConfig(vocab_size=vocab, d_model=32, n_layers=1, heads=4, d_ff=64, dropout=0.0,
-                                        max_len=16))
+    net = Transformer(
+        TransformerConfig(vocab_size=vocab, d_model=32, n_layers=1, heads=4, d_ff=64, dropout=0.0, max_len=16)
+    )
     opt = torch.optim.Adam(net.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor("linear", s + 1, warmup, (s + 1) / steps, warmup / steps))
+        opt, lambda s: lr_factor("linear", s + 1, warmup, (s + 1) / steps, warmup / steps)
+    )
     losses = []
     for _ in range(steps):
         src = torch.randint(3, vocab, (32, n))

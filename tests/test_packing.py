@@ -68,18 +68,41 @@ def test_a_gpu_machine_never_adds_gpu_runs_to_a_cpu_sweep(gpu_machine, tmp_path,
     with pytest.raises(SweepError, match=re.escape("holds CPU runs") + ".*" + re.escape("NAME=table3_e_h100")):
         P.plan("table3_e", seeds=1, root=tmp_path, results=tmp_path / "results", jobs=None, cores=16)
     # under its own name it is a GPU sweep of its own; or the CPU, asked for
-    assert "trainer=gpu" in P.plan("table3_e", seeds=1, root=tmp_path, results=tmp_path / "results", jobs=None,
-                                   cores=16, name_as="table3_e_h100").common
-    assert "trainer=gpu" not in P.plan("table3_e", seeds=1, extra=["trainer=cpu"], root=tmp_path,
-                                       results=tmp_path / "results", cores=16).common
+    assert (
+        "trainer=gpu"
+        in P.plan(
+            "table3_e",
+            seeds=1,
+            root=tmp_path,
+            results=tmp_path / "results",
+            jobs=None,
+            cores=16,
+            name_as="table3_e_h100",
+        ).common
+    )
+    assert (
+        "trainer=gpu"
+        not in P.plan(
+            "table3_e", seeds=1, extra=["trainer=cpu"], root=tmp_path, results=tmp_path / "results", cores=16
+        ).common
+    )
 
 
 def test_trainer_gpu_without_cuda_stops_before_any_job(tmp_path, capsys):
     """A GPU sweep still plans and lists on a CPU machine (--dry); launching it stops in one line."""
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    args = ["--sweep", "table3_e", "--seeds", "1", "--root", str(tmp_path), "--results", str(tmp_path / "r"),
-            "trainer=gpu"]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--seeds",
+        "1",
+        "--root",
+        str(tmp_path),
+        "--results",
+        str(tmp_path / "r"),
+        "trainer=gpu",
+    ]
     assert S.main([*args, "--dry"]) == 0
     capsys.readouterr()
     assert S.main(args) == 2
@@ -88,7 +111,14 @@ def test_trainer_gpu_without_cuda_stops_before_any_job(tmp_path, capsys):
     assert not (tmp_path / "table3_e").exists()  # nothing started
 
 
-@pytest.mark.parametrize("name, slug", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
-                                        ("NVIDIA A100-SXM4-40GB", "a100"), ("NVIDIA GeForce RTX 4090", "4090")])
+@pytest.mark.parametrize(
+    "name, slug",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A100-SXM4-40GB", "a100"),
+        ("NVIDIA GeForce RTX 4090", "4090"),
+    ],
+)
 def test_a_card_names_its_sweep(name, slug):
     assert packing.device_slug(name) == slug

@@ -10,24 +10,44 @@ from omegaconf import OmegaConf
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-
-from headsweep.reports import report as R
-from headsweep.config import compose
 from conftest import write_results
+from headsweep.config import compose
+from headsweep.reports import report as R
 
-REFS = ["a man is riding a red bike down the street .", "two dogs play in the snow .",
-        "a woman sings on a stage .", "children are running on the beach .",
-        "an old man reads a newspaper .", "not used: limit_eval cuts the test split before this line ."]
+REFS = [
+    "a man is riding a red bike down the street .",
+    "two dogs play in the snow .",
+    "a woman sings on a stage .",
+    "children are running on the beach .",
+    "an old man reads a newspaper .",
+    "not used: limit_eval cuts the test split before this line .",
+]
 # Per cell: hypotheses of the test split, test BLEU per seed (the numbers the table averages).
 CELLS = {
-    8: {"bleu": [30.0, 32.0], "hyps": ["a man is riding a red bike down the street .", "two dogs play in snow .",
-                                       "a woman sings on the stage .", "kids are running on the beach .",
-                                       "an old man reads a paper ."]},
-    4: {"bleu": [29.0, 28.0], "hyps": ["a man rides a bike on the street .", "two dogs are playing in the snow .",
-                                       "a woman is singing .", "children run at the beach .",
-                                       "an old man reads a newspaper ."]},
-    2: {"bleu": [27.0], "hyps": ["a man on a bike .", "dogs in snow .", "a woman .", "children running .",
-                                 "old man newspaper ."]},
+    8: {
+        "bleu": [30.0, 32.0],
+        "hyps": [
+            "a man is riding a red bike down the street .",
+            "two dogs play in snow .",
+            "a woman sings on the stage .",
+            "kids are running on the beach .",
+            "an old man reads a paper .",
+        ],
+    },
+    4: {
+        "bleu": [29.0, 28.0],
+        "hyps": [
+            "a man rides a bike on the street .",
+            "two dogs are playing in the snow .",
+            "a woman is singing .",
+            "children run at the beach .",
+            "an old man reads a newspaper .",
+        ],
+    },
+    2: {
+        "bleu": [27.0],
+        "hyps": ["a man on a bike .", "dogs in snow .", "a woman .", "children running .", "old man newspaper ."],
+    },
 }
 
 
@@ -36,19 +56,39 @@ def make_run(root: Path, data_dir: Path, h: int, seed: int, bleu: float, hyps: l
     cell = f"h{h}-dk{d_k}-dv{d_k}"
     run = root / f"{cell}-s{seed}"
     (run / "hypotheses").mkdir(parents=True)
-    cfg = compose([f"model.heads={h}", f"seed={seed}", "sweep=table3_a", f"run_name={cell}-s{seed}",
-                   f"tags=[row-A,cell-{cell}{',base' if h == 8 else ''}]", f"paths.output_dir={run}",
-                   f"data.dir={data_dir}", "data.test_split=test", "data.limit_eval=5", "module.test_beam_size=1",
-                   "trainer.max_steps=800"])
+    cfg = compose(
+        [
+            f"model.heads={h}",
+            f"seed={seed}",
+            "sweep=table3_a",
+            f"run_name={cell}-s{seed}",
+            f"tags=[row-A,cell-{cell}{',base' if h == 8 else ''}]",
+            f"paths.output_dir={run}",
+            f"data.dir={data_dir}",
+            "data.test_split=test",
+            "data.limit_eval=5",
+            "module.test_beam_size=1",
+            "trainer.max_steps=800",
+        ]
+    )
     hyp = run / "hypotheses" / "test.beam.en"
     # seed 2 of a cell translates one sentence differently: the seeds are not copies of each other
     hyp.write_text("".join(h + "\n" for h in (hyps if seed == 1 else hyps[1:] + hyps[:1])))
     results = {
-        "status": "complete", "run_name": f"{cell}-s{seed}", "sweep": "table3_a",
+        "status": "complete",
+        "run_name": f"{cell}-s{seed}",
+        "sweep": "table3_a",
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "params": {"total": 7_577_600}, "hypotheses": {"test.beam": str(hyp)},
-        "metrics": {"test/bleu": bleu, "test/chrf": 50.0 + bleu, "val/bleu": bleu - 1, "val/ppl": 10.0 - bleu / 10,
-                    "test/ppl": 9.0, "train/steps": 700 if h == 2 else 800},  # h2 hit trainer.max_time
+        "params": {"total": 7_577_600},
+        "hypotheses": {"test.beam": str(hyp)},
+        "metrics": {
+            "test/bleu": bleu,
+            "test/chrf": 50.0 + bleu,
+            "val/bleu": bleu - 1,
+            "val/ppl": 10.0 - bleu / 10,
+            "test/ppl": 9.0,
+            "train/steps": 700 if h == 2 else 800,
+        },  # h2 hit trainer.max_time
     }
     write_results(run, results)
     (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")  # no validation rows
@@ -85,8 +125,8 @@ def test_numbers_match_hand_computed_values(sweep_dir):
     assert [c.label for c in cells] == ["h8-dk32-dv32", "h2-dk128-dv128", "h4-dk64-dv64"]  # base, then by h
     assert sorted(d.name for d, _ in unfinished) == ["h16-dk16-dv16-s1", "h32-dk8-dv8-s1"]
     base, h4, h2 = rows["h8-dk32-dv32"], rows["h4-dk64-dv64"], rows["h2-dk128-dv128"]
-    assert base["test_bleu"] == pytest.approx(31.0) and base["test_bleu_sd"] == pytest.approx(2 ** 0.5)
-    assert h4["test_bleu"] == pytest.approx(28.5) and h4["test_bleu_sd"] == pytest.approx(0.5 ** 0.5)
+    assert base["test_bleu"] == pytest.approx(31.0) and base["test_bleu_sd"] == pytest.approx(2**0.5)
+    assert h4["test_bleu"] == pytest.approx(28.5) and h4["test_bleu_sd"] == pytest.approx(0.5**0.5)
     assert h4["delta"] == pytest.approx(28.5 - 31.0) and h2["delta"] == pytest.approx(27.0 - 31.0)
     assert h2["n"] == 1 and h2["test_bleu_sd"] is None  # one seed: no sd rather than 0
     assert h4["val_bleu"] == pytest.approx(27.5) and h4["test_chrf"] == pytest.approx(78.5)
@@ -99,12 +139,14 @@ def test_p_value_is_sacrebleus_paired_bootstrap_over_pooled_seeds(sweep_dir):
     seeded = lambda hyps, seed: hyps if seed == 1 else hyps[1:] + hyps[:1]  # noqa: E731
     base = seeded(CELLS[8]["hyps"], 1) + seeded(CELLS[8]["hyps"], 2)
     h4 = seeded(CELLS[4]["hyps"], 1) + seeded(CELLS[4]["hyps"], 2)
-    _, scores = PairedTest([("base", base), ("h4", h4)], {"BLEU": BLEU()}, [refs + refs],
-                           test_type="bs", n_samples=200)()
+    _, scores = PairedTest(
+        [("base", base), ("h4", h4)], {"BLEU": BLEU()}, [refs + refs], test_type="bs", n_samples=200
+    )()
     assert rows["h4-dk64-dv64"]["p"] == scores["BLEU"][1].p_value
     # h2 has seed 1 only: compared with the base's seed 1
-    _, scores = PairedTest([("base", CELLS[8]["hyps"]), ("h2", CELLS[2]["hyps"])], {"BLEU": BLEU()}, [refs],
-                           test_type="bs", n_samples=200)()
+    _, scores = PairedTest(
+        [("base", CELLS[8]["hyps"]), ("h2", CELLS[2]["hyps"])], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=200
+    )()
     assert rows["h2-dk128-dv128"]["p"] == scores["BLEU"][1].p_value
     assert 0 < rows["h2-dk128-dv128"]["p"] <= 1
 
@@ -120,8 +162,17 @@ def test_paper_rows_match_by_settings_relative_to_the_base(sweep_dir):
 
 def test_paper_row_lookup_for_other_rows():
     rows = R.paper_row.__globals__["table3"]()
-    small = {"N": 3, "d_model": 256, "d_ff": 1024, "h": 8, "d_k": 32, "d_v": 32, "P_drop": 0.1, "eps_ls": 0.1,
-             "pos": "sinusoid"}
+    small = {
+        "N": 3,
+        "d_model": 256,
+        "d_ff": 1024,
+        "h": 8,
+        "d_k": 32,
+        "d_v": 32,
+        "P_drop": 0.1,
+        "eps_ls": 0.1,
+        "pos": "sinusoid",
+    }
     match = lambda **kw: R.paper_row({**small, **kw}, small, rows)  # noqa: E731
     assert (match(d_k=8)["row"], match(d_k=8)["dev_bleu"]) == ("B", 25.1)  # d_k 16 at the paper's scale
     assert match(N=1)["dev_bleu"] == 23.7 and match(d_model=512, d_k=64, d_v=64)["dev_bleu"] == 26.0
@@ -139,9 +190,14 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     assert paths[3].read_bytes()[:4] == b"\x89PNG"
     md = paths[0].read_text()
     # attention FLOPs differ (the softmax's h x context term, 3 x 3 x 6 x 32 from h = 2 to h = 8): a column
-    assert ("| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | p Holm | chrF test | "
-            "BLEU val | paper row | paper BLEU | paper Δ BLEU |") in md
-    assert "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — | 81.0 ± 1.4 | 30.00 ± 1.41 | base | 25.8 | — |" in md
+    assert (
+        "| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | p Holm | chrF test | "
+        "BLEU val | paper row | paper BLEU | paper Δ BLEU |"
+    ) in md
+    assert (
+        "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — | 81.0 ± 1.4 | 30.00 ± 1.41 | base | 25.8 | — |"
+        in md
+    )
     assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 700* | 27.00 | -4.00 |" in md
     assert "stopped before trainer.max_steps" in md and "Every cell has 7.58 M parameters: no plot" in md
     assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
@@ -185,8 +241,11 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
     (run / "analysis").mkdir()
     (run / "analysis" / "analysis.json").write_text("{}")
     calls = []
-    monkeypatch.setattr(R, "report_section", lambda groups, out_dir, sweep, base:
-                        calls.append((groups, out_dir, sweep, base)) or "## Heads\n\nfrom analyze")
+    monkeypatch.setattr(
+        R,
+        "report_section",
+        lambda groups, out_dir, sweep, base: calls.append((groups, out_dir, sweep, base)) or "## Heads\n\nfrom analyze",
+    )
     R.write_report("table3_a", sweep_dir, tmp_path / "r", n_samples=50)
     # grouped by cell under the table's name for it; cells without an analysed run are not passed, the
     # base's name is, to say that it has none
@@ -244,8 +303,11 @@ def write_curve(run: Path, points: dict[int, tuple[float, float]]) -> None:
 
 def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
     # val BLEU at steps 400 and 800: h4 leads at half the budget, the base at the end
-    curves = {8: {400: (10.0, 4.0), 800: (30.0, 2.0)}, 4: {400: (12.0, 3.9), 800: (28.0, 2.1)},
-              2: {400: (5.0, 4.5), 800: (26.0, 2.3)}}
+    curves = {
+        8: {400: (10.0, 4.0), 800: (30.0, 2.0)},
+        4: {400: (12.0, 3.9), 800: (28.0, 2.1)},
+        2: {400: (5.0, 4.5), 800: (26.0, 2.3)},
+    }
     for run in (sweep_dir / "table3_a").glob("h*-s*"):
         h = int(run.name.split("-")[0][1:])
         if h in curves:
@@ -321,7 +383,10 @@ def curves_for_every_run(sweep_dir: Path, rising: str | None = None) -> None:
     """Validation every 230 steps, val loss falling in every run; in `rising` (a run's name) it goes up once,
     at step 690."""
     for run in (sweep_dir / "table3_a").glob("h*-s*"):
-        if not (run / "results.json").is_file() or json.loads((run / "results.json").read_text())["status"] != "complete":
+        if (
+            not (run / "results.json").is_file()
+            or json.loads((run / "results.json").read_text())["status"] != "complete"
+        ):
             continue
         losses = [4.0, 3.0, 2.5, 2.2, 2.1] if run.name != rising else [4.0, 3.0, 3.1234, 2.2, 2.1]
         write_curve(run, {230 * (i + 1): (10.0 + i, loss) for i, loss in enumerate(losses)})
@@ -333,11 +398,15 @@ def test_val_loss_that_rises_once_is_named_with_its_run_cell_and_step(sweep_dir,
     curves_for_every_run(sweep_dir, rising="h4-dk64-dv64-s2")
     paths = R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=50)
     md = paths[0].read_text()
-    assert "- Val loss did not fall at every validation in 1 of 5 runs:\n" \
-           "  - `h4-dk64-dv64-s2` (h4-dk64-dv64): rose at step 690 (3.0000 → 3.1234)\n" in md
+    assert (
+        "- Val loss did not fall at every validation in 1 of 5 runs:\n"
+        "  - `h4-dk64-dv64-s2` (h4-dk64-dv64): rose at step 690 (3.0000 → 3.1234)\n" in md
+    )
     assert "fell at every validation in all" not in md
-    assert "- val loss fell at every validation in seed 1; seed 2 (`h4-dk64-dv64-s2`) rose at step 690 " \
-           "(3.0000 → 3.1234)" in md
+    assert (
+        "- val loss fell at every validation in seed 1; seed 2 (`h4-dk64-dv64-s2`) rose at step 690 "
+        "(3.0000 → 3.1234)" in md
+    )
     assert md.count("rose at step") == 2  # the note and h4's details; no other run or cell
 
 
@@ -358,8 +427,12 @@ def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validatio
     assert val_loss_rises(runs[0]) == [(460, 3.0, 3.0)]
     cells = R.group_cells(runs)
     note = R.notes(sweep_dir / "table3_a", runs, cells, R.summarize(cells, n_samples=50), [])
-    assert any(line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n") and
-               "did not fall at step 460 (3.0000 → 3.0000)" in line and "not checked (4," in line for line in note)
+    assert any(
+        line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n")
+        and "did not fall at step 460 (3.0000 → 3.0000)" in line
+        and "not checked (4," in line
+        for line in note
+    )
 
 
 def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_path):
@@ -384,29 +457,61 @@ def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_
 
 def test_p_values_below_three_decimals_print_as_a_bound_not_as_zero():
     from headsweep.reports.report_table import fmt_p, p_words
+
     assert [fmt_p(p) for p in (0.0004, 0.0005, 0.012)] == ["< 0.001", "0.001", "0.012"]
     assert p_words(0.0001) == "p < 0.001" and p_words(0.03) == "p = 0.030"
     assert p_words(0.002, bound=True) == "p <= 0.002" and fmt_p(None) == "—"
 
 
-def make_sized_run(root: Path, data_dir: Path, d_model: int, h: int, seed: int, bleu: float, hyps: list[str],
-                   threads: int | None = None):
+def make_sized_run(
+    root: Path,
+    data_dir: Path,
+    d_model: int,
+    h: int,
+    seed: int,
+    bleu: float,
+    hyps: list[str],
+    threads: int | None = None,
+):
     d_k = d_model // h
     cell = f"h{h}-dk{d_k}-dv{d_k}-dm{d_model}-ff{4 * d_model}"
     run = root / f"{cell}-s{seed}"
     (run / "hypotheses").mkdir(parents=True)
-    cfg = compose([f"model.heads={h}", f"model.d_model={d_model}", f"model.d_ff={4 * d_model}", f"seed={seed}",
-                   "sweep=heads_by_width", f"run_name={cell}-s{seed}",
-                   f"tags=[cell-{cell}{',base' if (d_model, h) == (128, 8) else ''}]", f"paths.output_dir={run}",
-                   f"data.dir={data_dir}", "data.test_split=test", "data.limit_eval=5", "module.test_beam_size=1",
-                   f"threads={'null' if threads is None else threads}"])
+    cfg = compose(
+        [
+            f"model.heads={h}",
+            f"model.d_model={d_model}",
+            f"model.d_ff={4 * d_model}",
+            f"seed={seed}",
+            "sweep=heads_by_width",
+            f"run_name={cell}-s{seed}",
+            f"tags=[cell-{cell}{',base' if (d_model, h) == (128, 8) else ''}]",
+            f"paths.output_dir={run}",
+            f"data.dir={data_dir}",
+            "data.test_split=test",
+            "data.limit_eval=5",
+            "module.test_beam_size=1",
+            f"threads={'null' if threads is None else threads}",
+        ]
+    )
     hyp = run / "hypotheses" / "test.beam.en"
     hyp.write_text("".join(x + "\n" for x in hyps))
-    results = {"status": "complete", "run_name": f"{cell}-s{seed}", "sweep": "heads_by_width",
-               "config": OmegaConf.to_container(cfg, resolve=True), "params": {"total": 1_000_000 * d_model},
-               "hypotheses": {"test.beam": str(hyp)},
-               "metrics": {"test/bleu": bleu, "test/chrf": 50.0, "val/bleu": bleu, "val/ppl": 9.0, "test/ppl": 9.0,
-                           "train/steps": cfg.trainer.max_steps}}
+    results = {
+        "status": "complete",
+        "run_name": f"{cell}-s{seed}",
+        "sweep": "heads_by_width",
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "params": {"total": 1_000_000 * d_model},
+        "hypotheses": {"test.beam": str(hyp)},
+        "metrics": {
+            "test/bleu": bleu,
+            "test/chrf": 50.0,
+            "val/bleu": bleu,
+            "val/ppl": 9.0,
+            "test/ppl": 9.0,
+            "train/steps": cfg.trainer.max_steps,
+        },
+    }
     write_results(run, results)
     (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")
 
@@ -427,7 +532,7 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
             make_sized_run(root, data, d_model, h, seed, bleu, good if h == 8 else bad, 1 if d_model == 128 else None)
     runs, _ = R.load_runs(root)
     assert "threads" not in R.varied_keys(R.group_cells(runs))
-    assert sorted({r.flat["module.peak_lr"] for r in runs}) == pytest.approx([2e-3 / 2 ** 0.5, 2e-3 * 2 ** 0.5])  # width
+    assert sorted({r.flat["module.peak_lr"] for r in runs}) == pytest.approx([2e-3 / 2**0.5, 2e-3 * 2**0.5])  # width
     cells = R.group_cells(runs)
     R.summarize(cells, n_samples=100)
     rows = {c.label: c.row for c in cells}
@@ -442,16 +547,27 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     against = [dict(zip(columns, row))["against"] for row in body]
     assert sorted(against) == ["base", "base", "h8-dk64-dv64-dm512-ff2048", "—"]
     assert sorted({dict(zip(columns, row))["peak lr"] for row in body}) == ["0.00141", "0.00283"]  # not 0.00
-    assert any("worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w or
-               "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w for w in R.verdicts(cells))
+    assert any(
+        "worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
+        or "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
+        for w in R.verdicts(cells)
+    )
 
 
 def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
     """Runs that record their machine are counted by it; runs from before results.json named one are
     'not recorded'. One machine for every run is one line without counts."""
-    runs = sorted(r for r in (sweep_dir / "table3_a").glob("h*-s*") if (r / "results.json").is_file()
-                  and json.loads((r / "results.json").read_text())["status"] == "complete")
-    amx = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None, "torch": "2.13.0"}
+    runs = sorted(
+        r
+        for r in (sweep_dir / "table3_a").glob("h*-s*")
+        if (r / "results.json").is_file() and json.loads((r / "results.json").read_text())["status"] == "complete"
+    )
+    amx = {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cpu_class": "AVX512 + AMX (bf16 units)",
+        "gpu": None,
+        "torch": "2.13.0",
+    }
     epyc = {"cpu": "AMD EPYC 7B13", "cpu_class": "AVX2, no bf16 units", "gpu": None, "torch": "2.13.0"}
 
     def record(machines):
@@ -465,25 +581,38 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
 
     assert len(runs) == 5
     md = record([amx, amx, epyc, None, amx])
-    assert "- Machines: AMD EPYC 7B13 (AVX2, no bf16 units): 1 run; Intel(R) Xeon(R) Processor " \
-           "(AVX512 + AMX (bf16 units)): 3 runs; not recorded: 1 run.\n" in md
+    assert (
+        "- Machines: AMD EPYC 7B13 (AVX2, no bf16 units): 1 run; Intel(R) Xeon(R) Processor "
+        "(AVX512 + AMX (bf16 units)): 3 runs; not recorded: 1 run.\n" in md
+    )
     md = record([epyc] * 5)
     assert "- Every run trained on AMD EPYC 7B13 (AVX2, no bf16 units).\n" in md
     md = record([None] * 5)
-    assert "- Machine: not recorded in results.json (runs from before it named the machine; their commit " \
-           "messages and docs/ name it).\n" in md
+    assert (
+        "- Machine: not recorded in results.json (runs from before it named the machine; their commit "
+        "messages and docs/ name it).\n" in md
+    )
 
 
 # issue 39: what a reader sees on the pages
 
 
 def test_no_p_value_below_0001_prints_as_zero():
-    from headsweep.reports import compare as C
     from headsweep.reports import budget
+    from headsweep.reports import compare as C
 
     assert budget.p_text(2e-5) == "< 0.001" and budget.p_text(0.0123) == "0.012"
-    found = [{"cell": "a", "base": "b", "measure": "bleu", "values": [30.0, 30.1, 30.2],
-              "base_values": [20.0, 20.1, 20.2], "p": 3e-6, "p_holm": 2e-5}]
+    found = [
+        {
+            "cell": "a",
+            "base": "b",
+            "measure": "bleu",
+            "values": [30.0, 30.1, 30.2],
+            "base_values": [20.0, 20.1, 20.2],
+            "p": 3e-6,
+            "p_holm": 2e-5,
+        }
+    ]
     words = " ".join(C.verdict_words(found))
     assert "Welch p < 0.001, Holm < 0.001" in words and "0.000" not in words
 
@@ -497,16 +626,31 @@ def seed_cell(label: str, seeds: int, base: bool = False, **flat):
     runs = [SimpleNamespace(flat=flat, base=base, seed=s) for s in range(1, seeds + 1)]
     ys = [30.0 + flat.get("model.heads", 1) / 10 + s / 5 for s in range(seeds)]
     sd = (sum((y - sum(ys) / seeds) ** 2 for y in ys) / (seeds - 1)) ** 0.5 if seeds > 1 else None
-    return Cell(label, runs, {"test_bleu_seeds": ys, "seeds": list(range(1, seeds + 1)), "test_bleu": sum(ys) / seeds,
-                              "test_bleu_sd": sd, "params_M": 2.5 if flat.get("model.d_model") == 128 else 26.2})
+    return Cell(
+        label,
+        runs,
+        {
+            "test_bleu_seeds": ys,
+            "seeds": list(range(1, seeds + 1)),
+            "test_bleu": sum(ys) / seeds,
+            "test_bleu_sd": sd,
+            "params_M": 2.5 if flat.get("model.d_model") == 128 else 26.2,
+        },
+    )
 
 
 def heads_by_width_cells(seeds: int = 3):
     cells = []
     for d_model, hs, lr in ((128, (8, 1, 2, 4, 16), 0.00282843), (512, (1, 8, 32), 0.00141421)):
         for h in hs:
-            flat = {"model.d_model": d_model, "model.d_ff": 4 * d_model, "model.heads": h, "model.d_k": d_model // h,
-                    "model.d_v": d_model // h, "module.peak_lr": lr}
+            flat = {
+                "model.d_model": d_model,
+                "model.d_ff": 4 * d_model,
+                "model.heads": h,
+                "model.d_k": d_model // h,
+                "model.d_v": d_model // h,
+                "module.peak_lr": lr,
+            }
             cells.append(seed_cell(f"h{h}-dm{d_model}", seeds, base=(d_model, h) == (128, 8), **flat))
     return cells
 
@@ -532,16 +676,19 @@ def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
     from headsweep.reports import report_plots as P
 
     keys = ["model.init", "module.decay_by"]
-    cells = [seed_cell(f"{init}-{decay}", 3, base=i == 0,
-                       **{"model.heads": 8, "model.init": init, "module.decay_by": decay})
-             for i, (init, decay) in enumerate((("xavier", "steps"), ("fan_in", "steps"), ("fan_in", "time")))]
+    cells = [
+        seed_cell(f"{init}-{decay}", 3, base=i == 0, **{"model.heads": 8, "model.init": init, "module.decay_by": decay})
+        for i, (init, decay) in enumerate((("xavier", "steps"), ("fan_in", "steps"), ("fan_in", "time")))
+    ]
     fig, caption = P.bleu_figure("s", cells, keys)
     assert "against cell" not in caption and "named by its settings" in caption
     assert len({t.get_text() for t in fig.axes[0].get_xticklabels()}) == 3
     P.pyplot().close(fig)
     # h repeats across the cells, d_k does not within each h: BLEU against d_k, one line per h
-    cells = [seed_cell(f"h{h}-dk{dk}", 3, base=dk == 32, **{"model.heads": h, "model.d_k": dk, "model.d_v": dv})
-             for h, dk, dv in ((8, 32, 32), (8, 8, 32), (32, 8, 8))]
+    cells = [
+        seed_cell(f"h{h}-dk{dk}", 3, base=dk == 32, **{"model.heads": h, "model.d_k": dk, "model.d_v": dv})
+        for h, dk, dv in ((8, 32, 32), (8, 8, 32), (32, 8, 8))
+    ]
     fig, caption = P.bleu_figure("s", cells, ["model.heads", "model.d_k", "model.d_v"])
     assert fig.axes[0].get_xlabel() == "d_k" and "one line per h" in caption
     P.pyplot().close(fig)
@@ -557,21 +704,24 @@ def test_params_plot_labels_do_not_overlap():
     texts = [t for t in [*ax.texts, *(ax.get_legend().get_texts() if ax.get_legend() else [])] if t.get_text()]
     boxes = [t.get_window_extent(renderer) for t in texts]
     assert len(texts) >= 8  # every cell named once
-    overlapping = [(a.get_text(), b.get_text()) for i, (a, ba) in enumerate(zip(texts, boxes))
-                   for b, bb in zip(texts[i + 1:], boxes[i + 1:]) if ba.overlaps(bb)]
+    overlapping = [
+        (a.get_text(), b.get_text())
+        for i, (a, ba) in enumerate(zip(texts, boxes))
+        for b, bb in zip(texts[i + 1 :], boxes[i + 1 :])
+        if ba.overlaps(bb)
+    ]
     assert overlapping == []
     P.pyplot().close(fig)
 
 
 def test_plots_of_one_seed_per_cell_do_not_claim_a_mean_over_seeds(tmp_path):
-    from test_compare import analysis, write_runs
-
     from headsweep.reports import compare as C
     from headsweep.reports import report_plots as P
+    from test_compare import analysis, write_runs
 
     groups = write_runs(tmp_path, {"a": [analysis(0.0)], "b (base)": [analysis(0.1)]})
     md = C.report_section(groups, tmp_path / "out", "s", "b (base)")
-    caption = md[md.index("<figcaption>"):md.index("</figcaption>")]
+    caption = md[md.index("<figcaption>") : md.index("</figcaption>")]
     assert "one seed" in caption and "mean ± sd" not in caption
     cells = heads_by_width_cells(seeds=1)
     for fig, caption in (P.bleu_figure("s", cells, KEYS), P.params_figure("s", cells)):

@@ -4,8 +4,8 @@ tick records that save_figure writes beside each figure, from real matplotlib fi
 import json
 from pathlib import Path
 
-from headsweep.reports import report_check as C
 from headsweep.reporting.plots import pyplot, save_figure, ticks_path
+from headsweep.reports import report_check as C
 
 BACK = '<p><a href="index.html">← all reports</a></p>'
 
@@ -23,10 +23,12 @@ def problems(folder: Path) -> dict[str, list[str]]:
     return {p.relative_to(folder).as_posix(): issues for p, issues in found.items() if issues}
 
 
-GOOD = {"index.html": '<a href="a.html">a</a> <a href="prune-x/prune.md">no</a> <a href="prune-x/prune.html#top">p</a>',
-        "a.html": BACK + '<a href="b.html#cell-h4">b</a> p < 0.001, p <= 0.002, p = 0.012',
-        "b.html": '<a href="index.html#cells">back</a>',  # reached through a.html only
-        "prune-x/prune.html": '<a href="../index.html">back</a>'}
+GOOD = {
+    "index.html": '<a href="a.html">a</a> <a href="prune-x/prune.md">no</a> <a href="prune-x/prune.html#top">p</a>',
+    "a.html": BACK + '<a href="b.html#cell-h4">b</a> p < 0.001, p <= 0.002, p = 0.012',
+    "b.html": '<a href="index.html#cells">back</a>',  # reached through a.html only
+    "prune-x/prune.html": '<a href="../index.html">back</a>',
+}
 
 
 def test_a_site_whose_pages_are_all_linked_and_link_back_passes(tmp_path):
@@ -37,8 +39,10 @@ def test_a_site_whose_pages_are_all_linked_and_link_back_passes(tmp_path):
 def test_a_page_no_link_from_the_index_reaches_fails(tmp_path):
     folder = site(tmp_path, {**GOOD, "explain.html": BACK, "lone/prune.html": '<a href="../index.html">back</a>'})
     found = problems(folder)
-    assert found == {"explain.html": ["no chain of links from index.html reaches this page"],
-                     "lone/prune.html": ["no chain of links from index.html reaches this page"]}
+    assert found == {
+        "explain.html": ["no chain of links from index.html reaches this page"],
+        "lone/prune.html": ["no chain of links from index.html reaches this page"],
+    }
     # a link from a page the index does not reach does not count
     found = problems(site(tmp_path, {"explain.html": BACK + '<a href="lone/prune.html">x</a>'}))
     assert set(found) == {"explain.html", "lone/prune.html"}
@@ -47,19 +51,27 @@ def test_a_page_no_link_from_the_index_reaches_fails(tmp_path):
 def test_a_page_with_no_link_back_to_the_index_fails(tmp_path):
     folder = site(tmp_path, {**GOOD, "b.html": '<a href="a.html">a</a> <a href="https://example.org/index.html">x</a>'})
     assert problems(folder) == {"b.html": ["no link back to index.html"]}
-    assert problems(site(tmp_path / "none", {"a.html": BACK})) == {"index.html": ["no index.html: `make report` writes it"]}
+    assert problems(site(tmp_path / "none", {"a.html": BACK})) == {
+        "index.html": ["no index.html: `make report` writes it"]
+    }
 
 
 def test_a_p_value_printed_as_zero_fails_in_words_and_in_a_p_column(tmp_path):
-    table = ("<table><thead><tr><th>cell</th><th>BLEU</th><th>p Holm</th></tr></thead><tbody>"
-             "<tr><td>h4</td><td>0.000</td><td>&lt; 0.001</td></tr><tr><td>h2</td><td>1.0</td><td>0.000</td></tr>"
-             "<tr><td>h1</td><td>1.0</td><td>&lt;= 0.000</td></tr></tbody></table>")
-    folder = site(tmp_path, {**GOOD, "a.html": BACK + "<p>significant (Welch p = 0.000); over seeds p seeds 0.00.</p>"
-                             + table})
+    table = (
+        "<table><thead><tr><th>cell</th><th>BLEU</th><th>p Holm</th></tr></thead><tbody>"
+        "<tr><td>h4</td><td>0.000</td><td>&lt; 0.001</td></tr><tr><td>h2</td><td>1.0</td><td>0.000</td></tr>"
+        "<tr><td>h1</td><td>1.0</td><td>&lt;= 0.000</td></tr></tbody></table>"
+    )
+    folder = site(
+        tmp_path, {**GOOD, "a.html": BACK + "<p>significant (Welch p = 0.000); over seeds p seeds 0.00.</p>" + table}
+    )
     found = problems(folder)["a.html"]
-    assert found == ["a p-value printed as zero: 'p = 0.000'", "a p-value printed as zero: 'p seeds 0.00'",
-                     "a p-value printed as zero in column 'p Holm': '0.000'",
-                     "a p-value printed as zero in column 'p Holm': '<= 0.000'"]  # BLEU 0.000 is no p-value
+    assert found == [
+        "a p-value printed as zero: 'p = 0.000'",
+        "a p-value printed as zero: 'p seeds 0.00'",
+        "a p-value printed as zero in column 'p Holm': '0.000'",
+        "a p-value printed as zero in column 'p Holm': '<= 0.000'",
+    ]  # BLEU 0.000 is no p-value
 
 
 def test_a_figure_repeating_a_tick_label_or_drawing_two_over_each_other_fails(tmp_path):
@@ -107,12 +119,18 @@ def test_main_without_a_browser_exits_1_on_a_problem_and_0_on_none(tmp_path, cap
 def test_a_markdown_twin_linking_a_page_or_a_missing_file_fails(tmp_path):
     folder = site(tmp_path, GOOD)
     (folder / "fig.png").write_bytes(b"")
-    (folder / "a.md").write_text('[← all reports](index.md)\n\n[b](b.md#cell-h4) [web](https://example.org/x.html) '
-                                 '[here](#top) <figure><img src="fig.png" alt="f"></figure>\n')
+    (folder / "a.md").write_text(
+        "[← all reports](index.md)\n\n[b](b.md#cell-h4) [web](https://example.org/x.html) "
+        '[here](#top) <figure><img src="fig.png" alt="f"></figure>\n'
+    )
     (folder / "index.md").write_text("[a](a.md)\n")
     (folder / "b.md").write_text("[← all reports](index.md)\n")
     assert problems(folder) == {}
     (folder / "a.md").write_text('[← all reports](index.html)\n\n[c](c.md) <img src="gone.png">\n')
-    assert problems(folder) == {"a.md": ["a link to a page, not to its markdown twin: index.html",
-                                         "a link to a file that is not there: c.md",
-                                         "a link to a file that is not there: gone.png"]}
+    assert problems(folder) == {
+        "a.md": [
+            "a link to a page, not to its markdown twin: index.html",
+            "a link to a file that is not there: c.md",
+            "a link to a file that is not there: gone.png",
+        ]
+    }

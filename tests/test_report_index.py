@@ -33,21 +33,36 @@ def test_a_run_seen_from_several_sweeps_is_known_by_the_run_folder_it_is(tmp_pat
     os.symlink(os.path.relpath(stored, root / "kv_heads"), root / "kv_heads" / "h8-kv8-s1")
     (root / "heads_fixed_dk").mkdir()
     os.symlink(stored, root / "heads_fixed_dk" / "h8-s1")
-    linked = [Run(root / s / j, {"status": "complete"}, {}, "c", 1, False)
-              for s, j in (("kv_heads", "h8-kv8-s1"), ("heads_fixed_dk", "h8-s1"))]
+    linked = [
+        Run(root / s / j, {"status": "complete"}, {}, "c", 1, False)
+        for s, j in (("kv_heads", "h8-kv8-s1"), ("heads_fixed_dk", "h8-s1"))
+    ]
     old_copy = run_at(root / "heads_specialise" / "h8-hd0-s1", shared_from="kv_heads/h8-kv8-s1")
     assert {I.run_identity(r) for r in (*linked, old_copy)} == {"runs/k1"}
     # an original that is gone: its name is still its identity
     assert I.run_identity(run_at(root / "b" / "x", shared_from="gone/y-s1")) == "gone/y-s1"
 
 
-SETTINGS = {"model.heads": 8, "model.d_k": 32, "model.d_v": 32, "model.d_model": 256, "model.head_dropout": 0.0,
-            "trainer.max_steps": 1150, "trainer.precision": "32-true", "model.init": "xavier"}
+SETTINGS = {
+    "model.heads": 8,
+    "model.d_k": 32,
+    "model.d_v": 32,
+    "model.d_model": 256,
+    "model.head_dropout": 0.0,
+    "trainer.max_steps": 1150,
+    "trainer.precision": "32-true",
+    "model.init": "xavier",
+}
 
 
 def cell(name, runs, base=False, **changed):
-    return {"cell": name, "anchor": f"cell-{name}", "base": base, "settings": {**SETTINGS, **changed},
-            "runs": [{"id": i, "seed": s, "test_bleu": b, "test_ppl": 9.0, "steps": st} for i, s, b, st in runs]}
+    return {
+        "cell": name,
+        "anchor": f"cell-{name}",
+        "base": base,
+        "settings": {**SETTINGS, **changed},
+        "runs": [{"id": i, "seed": s, "test_bleu": b, "test_ppl": 9.0, "steps": st} for i, s, b, st in runs],
+    }
 
 
 def record(sweep, cells):
@@ -55,32 +70,59 @@ def record(sweep, cells):
 
 
 RECORDS = [
-    record("table3_a", [cell("h8-dk32-dv32", [("a/1", 1, 34.0, 1150), ("a/2", 2, 36.0, 1150)], base=True),
-                        cell("h4-dk64-dv64", [("a/3", 1, 33.0, 1150)], **{"model.heads": 4, "model.d_k": 64,
-                                                                            "model.d_v": 64})]),
+    record(
+        "table3_a",
+        [
+            cell("h8-dk32-dv32", [("a/1", 1, 34.0, 1150), ("a/2", 2, 36.0, 1150)], base=True),
+            cell("h4-dk64-dv64", [("a/3", 1, 33.0, 1150)], **{"model.heads": 4, "model.d_k": 64, "model.d_v": 64}),
+        ],
+    ),
     # row B's base is row A's h = 8: the same two runs (copies)
     record("table3_b", [cell("h8-dk32-dv32", [("a/1", 1, 34.0, 1150), ("a/2", 2, 36.0, 1150)], base=True)]),
     # head dropout 0 is the same experiment, trained again: a third run, seed 1 a second time
-    record("heads_specialise", [cell("h8-dk32-dv32-head_dropout0", [("s/1", 1, 35.0, 1150)], base=True),
-                                cell("h8-dk32-dv32-head_dropout0.1", [("s/2", 1, 30.0, 1150)],
-                                     **{"model.head_dropout": 0.1})]),
-    record("budget_2x", [cell("h8-dk32-dv32", [("b/1", 1, 38.0, 2300), ("b/2", 2, 37.0, 2100)],
-                              **{"trainer.max_steps": 2300})]),
+    record(
+        "heads_specialise",
+        [
+            cell("h8-dk32-dv32-head_dropout0", [("s/1", 1, 35.0, 1150)], base=True),
+            cell("h8-dk32-dv32-head_dropout0.1", [("s/2", 1, 30.0, 1150)], **{"model.head_dropout": 0.1}),
+        ],
+    ),
+    record(
+        "budget_2x",
+        [cell("h8-dk32-dv32", [("b/1", 1, 38.0, 2300), ("b/2", 2, 37.0, 2100)], **{"trainer.max_steps": 2300})],
+    ),
 ]
 
 
 def test_one_row_per_experiment_each_run_once_a_column_for_what_varies():
     head, body = I.table(RECORDS)
-    assert head == ["cell, in sweeps", "h", "d_k", "d_v", "head drop", "steps", "precision", "init", "runs", "BLEU", "PPL"]
+    assert head == [
+        "cell, in sweeps",
+        "h",
+        "d_k",
+        "d_v",
+        "head drop",
+        "steps",
+        "precision",
+        "init",
+        "runs",
+        "BLEU",
+        "PPL",
+    ]
     assert len(body) == 4  # h8 (three sweeps), h4, head dropout 0.1, h8 at 2x
     h8 = body[0]
-    assert h8[0] == ("[h8-dk32-dv32](table3_a.md#cell-h8-dk32-dv32)<br>in [table3_a](table3_a.md#cell-h8-dk32-dv32) "
-                     "base, [table3_b](table3_b.md#cell-h8-dk32-dv32) base, "
-                     "[heads_specialise](heads_specialise.md#cell-h8-dk32-dv32-head_dropout0) base")
+    assert h8[0] == (
+        "[h8-dk32-dv32](table3_a.md#cell-h8-dk32-dv32)<br>in [table3_a](table3_a.md#cell-h8-dk32-dv32) "
+        "base, [table3_b](table3_b.md#cell-h8-dk32-dv32) base, "
+        "[heads_specialise](heads_specialise.md#cell-h8-dk32-dv32-head_dropout0) base"
+    )
     assert h8[8:] == ["3 (seed 1 ×2)", "35.00 ± 1.00", "9.00 ± 0.00"]  # a/1, a/2, s/1: the copies not again
     assert body[3][5] == "2300 (2×)*"  # twice the usual budget, one run stopped before it
     assert body[2][4] == "0.1" and h8[4] == "0.0"
-    assert I.counts(RECORDS) == "4 experiments, 7 distinct runs (9 as the sweeps list them: 2 held by more than one sweep)."
+    assert (
+        I.counts(RECORDS)
+        == "4 experiments, 7 distinct runs (9 as the sweeps list them: 2 held by more than one sweep)."
+    )
     assert I.shared_runs(RECORDS) == {"table3_a": 2, "table3_b": 2, "heads_specialise": 0, "budget_2x": 0}
 
 
@@ -91,4 +133,6 @@ def test_a_setting_only_some_runs_record_is_a_column_with_a_dash():
     column = head.index("kv heads")
     assert [row[column] for row in body] == ["—", "—", "2"]
     # an old report without runs is left out of the table (the index names it)
-    assert I.table([{"sweep": "old", "page": "old.html", "cells": [{"cell": "x", "anchor": "a", "base": True}]}])[1] == []
+    assert (
+        I.table([{"sweep": "old", "page": "old.html", "cells": [{"cell": "x", "anchor": "a", "base": True}]}])[1] == []
+    )

@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_compare import analysis
-from conftest import write_results
-from test_report import CELLS, REFS, make_run, write_curve
 
+from conftest import write_results
 from headsweep.reports import report as R
 from headsweep.reports import report_check
+from test_compare import analysis
+from test_report import CELLS, REFS, make_run, write_curve
 
 
 def references(tmp_path: Path) -> Path:
@@ -48,10 +48,13 @@ def heads_specialise(root: Path, data: Path) -> Path:
             moved = run.rename(sweep / f"h8-dk32-dv32-head_dropout{hd:g}-s{seed}")
 
             def change(results, hd=hd, moved=moved):
-                results["config"].update(sweep="heads_specialise", tags=[f"cell-h8-dk32-dv32-head_dropout{hd:g}"]
-                                         + (["base"] if hd == 0 else []))
+                results["config"].update(
+                    sweep="heads_specialise",
+                    tags=[f"cell-h8-dk32-dv32-head_dropout{hd:g}"] + (["base"] if hd == 0 else []),
+                )
                 results["config"]["model"]["head_dropout"] = hd
                 results["hypotheses"]["test.beam"] = str(moved / "hypotheses" / "test.beam.en")
+
             edit_results(moved, change)
             (moved / "analysis").mkdir()
             (moved / "analysis" / "analysis.json").write_text(json.dumps(analysis(hd, curve=(30.0, 10 + seed, 0.0))))
@@ -60,8 +63,11 @@ def heads_specialise(root: Path, data: Path) -> Path:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_bad_runs_are_named_in_one_line_left_out_of_every_number_and_results_untouched(tmp_path, capsys):
@@ -75,8 +81,21 @@ def test_bad_runs_are_named_in_one_line_left_out_of_every_number_and_results_unt
     (no_csv / "metrics.csv").unlink()
     before = tree_digest(tmp_path / "results")
 
-    assert R.main(["--sweep", "table3_a", "--root", str(tmp_path / "results"), "--out", str(tmp_path / "r"),
-                   "--samples", "50"]) == 0
+    assert (
+        R.main(
+            [
+                "--sweep",
+                "table3_a",
+                "--root",
+                str(tmp_path / "results"),
+                "--out",
+                str(tmp_path / "r"),
+                "--samples",
+                "50",
+            ]
+        )
+        == 0
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(err) == 3, err  # one line per job, naming it and what is wrong
     assert any("h4-dk64-dv64-s2: unreadable results.json (half-written?)" in line for line in err)
@@ -97,14 +116,14 @@ def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_p
     assert "<title>heads_specialise: test BLEU by head dropout</title>" in html
     assert "<pre" not in html and "<h2>Head analysis: importance, pruning, redundancy by cell</h2>" in html
     # the section's rows and words name the cells as the table above does, the base first
-    section = html[html.index("<h2>Head analysis"):]
+    section = html[html.index("<h2>Head analysis") :]
     base, other = (section.index(f"<td>h8-dk32-dv32-head_dropout{hd}</td>") for hd in ("0 (base)", "0.1"))
     assert base < other
     assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base) (2 seeds vs 2 seeds): " in section
     assert (tmp_path / "r" / "heads_specialise_pruning.png").is_file()
     assert "<strong>Prunable</strong>" in html and "**" not in html and "![" not in html and "|---" not in html
     assert "<code>" in html and "`" not in html  # inline code rendered, no backtick left
-    header = html[html.index("<thead>"):html.index("</thead>")]
+    header = html[html.index("<thead>") : html.index("</thead>")]
     assert ">head dropout</th>" in header and "model.head_dropout" not in header
     assert "paper" not in header  # only the base has a Table 3 row: nothing to compare with
     assert html.count("<img ") == html.count("<figcaption>") == 2  # BLEU plot and pruning curves, captioned
@@ -136,20 +155,24 @@ def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):
     write_curve(sweep / "h8-dk32-dv32-s1", {800: (30.0, 2.0)})  # no validation at step 400
     write_curve(sweep / "h8-dk32-dv32-s2", {400: (10.0, 4.0), 800: (32.0, 1.8)})
     for run in sweep.iterdir():  # h4 with fewer parameters, in bf16 and compiled; the others in fp32, eager
+
         def change(r, h4=run.name.startswith("h4-")):
             r["params"]["total"] = 6_000_000 if h4 else r["params"]["total"]
             r["config"]["trainer"]["precision"] = "bf16-mixed" if h4 else "32-true"
             r["config"]["module"]["compile"] = True if h4 else None
+
         edit_results(run, change)
     paths = R.write_report("table3_a", sweep.parent, tmp_path / "r", n_samples=50)
     assert (tmp_path / "r" / "table3_a-params.png") in paths  # parameters differ: the plot is drawn
     md = paths[0].read_text()
-    assert ("h8-dk32-dv32 (base): seed 1 has no validation at step 400 (no such row in its metrics CSV); the "
-            "learning curve there is the mean of 1 of 2 seeds") in md
+    assert (
+        "h8-dk32-dv32 (base): seed 1 has no validation at step 400 (no such row in its metrics CSV); the "
+        "learning curve there is the mean of 1 of 2 seeds"
+    ) in md
     from headsweep.reports.report_plots import cell_curve
 
     base = next(c for c in R.group_cells(R.load_runs(sweep)[0]) if c.base)
-    assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 31.0], [0.0, 2 ** 0.5])
+    assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 31.0], [0.0, 2**0.5])
     assert "- precision bf16-mixed; compiled" in md and "- precision 32-true; eager (not compiled)" in md
     assert "precision 32-true" not in md.split("\n| cell |")[0]  # not the same in every cell: no such note
 
@@ -173,7 +196,7 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     assert R.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
     assert 'href="heads_specialise.html"' in index and "no report yet" not in index
-    cells = index[index.index('<div id="cells">'):]
+    cells = index[index.index('<div id="cells">') :]
     # the header, table3_a's cells, heads_specialise's head dropout 0.1: its head dropout 0 has the settings of
     # table3_a's h = 8, so it is the same experiment, one row holding both sweeps' runs (seeds 1 and 2 twice)
     assert cells.count("<tr>") == 1 + 3 + 1
@@ -182,7 +205,9 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     assert "4 (seed 1 ×2, 2 ×2)" in same
     assert 'href="table3_a.html#cell-h4-dk64-dv64"' in cells and 'id="filter"' in index
     links = re.findall(r'(?:href|src)="([^"]+)"', index + (out / "table3_a.html").read_text())
-    assert links and not [link for link in links if ":" in link or link.startswith("/")]  # relative: the folder can move
+    assert links and not [
+        link for link in links if ":" in link or link.startswith("/")
+    ]  # relative: the folder can move
 
 
 FACTS = {"broken": [], "uncaptioned": [], "pre": [], "width": 1280, "wide_tables": []}
@@ -238,9 +263,8 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
 
 
 def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
-    from test_report import seed_cell
-
     from headsweep.reports.report_complete import incomplete
+    from test_report import seed_cell
 
     data = references(tmp_path)
     root = tmp_path / "results"
@@ -255,8 +279,9 @@ def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
     cells = [seed_cell("a", 3), seed_cell("b", 1)]
     specs = tmp_path / "sweeps"
     specs.mkdir()
-    (specs / "two.yaml").write_text("method: grid\nparameters:\n  model.heads:\n    values: [8, 4]\n"
-                                    "  seed:\n    values: [1, 2, 3]\n")
+    (specs / "two.yaml").write_text(
+        "method: grid\nparameters:\n  model.heads:\n    values: [8, 4]\n  seed:\n    values: [1, 2, 3]\n"
+    )
     # run under another name than its spec's (make sweep NAME=): matched to the spec it extends
     assert "**Incomplete: 4 of 6 planned runs** (`sweeps/two.yaml`" in incomplete("two_h200", cells, specs)
     assert incomplete("two", [seed_cell("a", 3), seed_cell("b", 3)], specs) is None
@@ -269,8 +294,9 @@ def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
     (root / "renamed" / ".sweep.json").write_text('{"sweep": "renamed", "spec": "two"}')
     assert "**Incomplete: 4 of 6 planned runs** (`sweeps/two.yaml`" in incomplete("renamed", cells, specs)
     # no spec to count from: the cells with fewer seeds are named
-    assert incomplete("unknown", cells, specs) == ("**Incomplete:** cells with fewer seeds than the others: b (1 of 3). "
-                                                   "Every number below is of the runs here.")
+    assert incomplete("unknown", cells, specs) == (
+        "**Incomplete:** cells with fewer seeds than the others: b (1 of 3). Every number below is of the runs here."
+    )
     assert incomplete("unknown", [seed_cell("a", 2), seed_cell("b", 2)], specs) is None
 
 
@@ -283,8 +309,9 @@ def test_a_link_to_a_cell_opens_its_details():
     from headsweep.reporting.html import page
 
     html = page("t", '<details id="cell-h4"><summary>h4</summary>\n\nx\n\n</details>\n')
-    script = html[html.index("<script>") + len("<script>"):html.index("</script>")]
-    harness = """
+    script = html[html.index("<script>") + len("<script>") : html.index("</script>")]
+    harness = (
+        """
 const details={tagName:"DETAILS",open:false,parentElement:null,scrollIntoView(){}};
 const inner={tagName:"P",parentElement:details,scrollIntoView(){}};
 const handlers={};
@@ -292,10 +319,13 @@ globalThis.location={hash:"#cell-h4"};
 globalThis.window={addEventListener:(name,f)=>{handlers[name]=f}};
 globalThis.document={querySelectorAll:()=>[],querySelector:()=>null,
  getElementById:id=>({"cell-h4":details,"inside":inner})[id]||null};
-""" + script + """
+"""
+        + script
+        + """
 const onLoad=details.open;details.open=false;location.hash="#inside";handlers.hashchange();
 console.log(JSON.stringify([onLoad,details.open]));
 """
+    )
     import subprocess
 
     out = subprocess.run([node, "-e", harness], capture_output=True, text=True, timeout=30)
@@ -330,7 +360,13 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     # every figure the report drew has its tick labels recorded, none repeated
     found, unrecorded = report_check.site_problems(out)
     assert sorted(p.relative_to(out).as_posix() for p in found) == [
-        "explain.html", "index.html", "lengths.html", "prune-x/prune.html", "table3_a-budget.html", "table3_a.html"]
+        "explain.html",
+        "index.html",
+        "lengths.html",
+        "prune-x/prune.html",
+        "table3_a-budget.html",
+        "table3_a.html",
+    ]
     assert not any(found.values()), found
     assert unrecorded == [] and (out / "table3_a-bleu.ticks.json").is_file()
 
@@ -365,6 +401,7 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
                 f.write(text[: len(text) // 2])
                 f.flush()
                 raise Killed
+
         return Half()
 
     def no_rename(*args):  # a figure is drawn in full, then the process dies before it is put in place
@@ -380,7 +417,9 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
             R.write_report("table3_a", root, out, n_samples=50)
     after = pages(out)
     figure = (".png", ".ticks.json")  # drawn before the pages, so new in `after`: the second kill is theirs
-    assert {k: after[k] for k in before if not k.endswith(figure)} == {k: v for k, v in before.items() if not k.endswith(figure)}
+    assert {k: after[k] for k in before if not k.endswith(figure)} == {
+        k: v for k, v in before.items() if not k.endswith(figure)
+    }
     edit_results(next(p for p in (root / "table3_a").iterdir()), lambda r: r["metrics"].update({"test/bleu": 50.0}))
     with monkeypatch.context() as m:  # killed while putting the first figure in place
         m.setattr(plots.os, "replace", no_rename)

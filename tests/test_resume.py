@@ -17,20 +17,29 @@ from pathlib import Path
 import pytest
 import torch
 
-from headsweep.config import compose
-from headsweep.training.resume import SafeCheckpointIO, join_metrics, set_aside_metrics, wandb_unreachable
-from headsweep.training.checks import ConfigError
-from headsweep.training.train import train
-
 from conftest import TINY_RUN, needs_data, tiny_overrides
+from headsweep.config import compose
+from headsweep.training.checks import ConfigError
+from headsweep.training.resume import SafeCheckpointIO, join_metrics, set_aside_metrics, wandb_unreachable
+from headsweep.training.train import train
 
 
 def overrides(out: Path, *extra: str) -> list[str]:
     """40 steps of 512-token batches, a checkpoint every 5: room to kill a run between two of them."""
-    return tiny_overrides(None, f"data.cache_dir={out.parent / 'cache'}", "data.limit_eval=20", "data.max_tokens=512",
-                          "trainer.max_steps=40", "module.test_beam_size=1", "trainer.log_every_n_steps=1",
-                          "callbacks.checkpoint.every_n_train_steps=5", "callbacks.checkpoint.every_n_epochs=null",
-                          "logger.wandb.mode=offline", "run_name=resume", *extra)
+    return tiny_overrides(
+        None,
+        f"data.cache_dir={out.parent / 'cache'}",
+        "data.limit_eval=20",
+        "data.max_tokens=512",
+        "trainer.max_steps=40",
+        "module.test_beam_size=1",
+        "trainer.log_every_n_steps=1",
+        "callbacks.checkpoint.every_n_train_steps=5",
+        "callbacks.checkpoint.every_n_epochs=null",
+        "logger.wandb.mode=offline",
+        "run_name=resume",
+        *extra,
+    )
 
 
 def loss_curve(run: Path) -> dict[int, float]:
@@ -54,8 +63,12 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(tmp_path):
     args = [f"{o.split('=', 1)[0]}={o.split('=', 1)[1]}" for o in overrides(killed)]
     # its own W&B service, as a separate `make train` would have (not this process's, which it would inherit)
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    proc = subprocess.Popen([sys.executable, "-m", "headsweep.train", *args, f"hydra.run.dir={killed}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headsweep.train", *args, f"hydra.run.dir={killed}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     last, log = killed / "checkpoints" / "last.ckpt", killed / "csv" / "metrics.csv"
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline:  # kill between the checkpoints of steps 5 and 10
@@ -174,8 +187,11 @@ def test_metrics_before_a_resume_are_kept_up_to_the_checkpoint(tmp_path):
     (csv_dir / "metrics.csv").write_text("epoch,lr-Adam,step,train/loss\n0,0.1,2,3.6\n0,0.1,3,3.4\n")
     join_metrics(csv_dir)
     rows = list(csv.DictReader(open(csv_dir / "metrics.csv")))
-    assert [(r["step"], r["train/loss"], r["lr-Adam"]) for r in rows] == [("1", "5.0", ""), ("2", "3.6", "0.1"),
-                                                                          ("3", "3.4", "0.1")]
+    assert [(r["step"], r["train/loss"], r["lr-Adam"]) for r in rows] == [
+        ("1", "5.0", ""),
+        ("2", "3.6", "0.1"),
+        ("3", "3.4", "0.1"),
+    ]
     assert list(csv_dir.iterdir()) == [csv_dir / "metrics.csv"]
 
 
@@ -193,7 +209,12 @@ def test_resuming_twice_from_one_checkpoint_keeps_the_rows_before_it(tmp_path):
     join_metrics(csv_dir)
     rows = list(csv.DictReader(open(csv_dir / "metrics.csv")))
     assert [(r["params/total"], r["step"], r["train/loss"], r["val/loss"]) for r in rows] == [
-        ("7", "0", "", ""), ("", "0", "5.0", ""), ("", "1", "4.0", ""), ("", "2", "3.7", ""), ("", "3", "3.3", "3.0")]
+        ("7", "0", "", ""),
+        ("", "0", "5.0", ""),
+        ("", "1", "4.0", ""),
+        ("", "2", "3.7", ""),
+        ("", "3", "3.3", "3.0"),
+    ]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
@@ -218,8 +239,9 @@ def test_failed_checkpoint_write_on_a_full_disk_keeps_the_previous_one(tmp_path,
 
     def full_disk(obj, f, *a, **k):
         Path(f).write_bytes(b"partial")
-        raise RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file: "
-                           "No space left on device")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file: No space left on device"
+        )
 
     monkeypatch.setattr(torch, "save", full_disk)
     with caplog.at_level(logging.WARNING, logger="headsweep.training.resume"):

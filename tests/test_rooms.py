@@ -37,8 +37,12 @@ def imported(path: Path) -> set[str]:
 
 
 def wrong_imports(package: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [f"{p.relative_to(SRC)} imports headsweep.{n}" for p in sorted((SRC / package).rglob("*.py"))
-            for n in sorted(imported(p)) if n.split(".")[0] in forbidden]
+    return [
+        f"{p.relative_to(SRC)} imports headsweep.{n}"
+        for p in sorted((SRC / package).rglob("*.py"))
+        for n in sorted(imported(p))
+        if n.split(".")[0] in forbidden
+    ]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -51,5 +55,7 @@ def test_the_check_sees_an_import_in_the_wrong_direction(tmp_path, monkeypatch):
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "bad.py").write_text("from headsweep.reports.cells import Cell\nimport headsweep.store\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
-    assert wrong_imports("sweeps", ("reports",)) == ["sweeps/bad.py imports headsweep.reports.cells",
-                                                     "sweeps/bad.py imports headsweep.reports.cells.Cell"]
+    assert wrong_imports("sweeps", ("reports",)) == [
+        "sweeps/bad.py imports headsweep.reports.cells",
+        "sweeps/bad.py imports headsweep.reports.cells.Cell",
+    ]

@@ -9,16 +9,21 @@ import sys
 import pytest
 
 from conftest import needs_data, tiny_overrides
+from headsweep.config import compose
 from headsweep.sweeps import sweep as S
 from headsweep.training.checks import ConfigError, check_devices
-from headsweep.config import compose
 
 
 def run_cli(out, *extra) -> subprocess.CompletedProcess:
     args = [a for a in tiny_overrides(out, *extra) if not a.startswith("paths.output_dir=")]
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    return subprocess.run([sys.executable, "-m", "headsweep.train", *args, f"hydra.run.dir={out}"],
-                          capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "headsweep.train", *args, f"hydra.run.dir={out}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.mark.slow
@@ -40,11 +45,14 @@ def test_ddp_on_two_cpu_processes_splits_each_epoch(tmp_path):
     assert len(list((tmp_path / "ddp" / "wandb").glob("offline-run-*"))) == 1
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["trainer=gpu"], "trainer=gpu but torch sees no CUDA GPU here"),
-    (["trainer=ddp_cpu", f"trainer.devices={(os.cpu_count() or 1) * 2}"], "CPU processes on"),
-    (["trainer.devices=2"], "needs trainer.strategy=ddp"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["trainer=gpu"], "trainer=gpu but torch sees no CUDA GPU here"),
+        (["trainer=ddp_cpu", f"trainer.devices={(os.cpu_count() or 1) * 2}"], "CPU processes on"),
+        (["trainer.devices=2"], "needs trainer.strategy=ddp"),
+    ],
+)
 def test_devices_this_machine_cannot_run_fail_in_one_line(overrides, message):
     import torch
 
@@ -54,8 +62,14 @@ def test_devices_this_machine_cannot_run_fail_in_one_line(overrides, message):
         check_devices(compose([*overrides, "paths.output_dir=/tmp/x"]))
 
 
-TINY_SWEEP = tiny_overrides(None, "data.limit_eval=20", "trainer.max_steps=6", "module.warmup_steps=2",
-                            "module.test_beam_size=1", "logger.wandb.mode=disabled")
+TINY_SWEEP = tiny_overrides(
+    None,
+    "data.limit_eval=20",
+    "trainer.max_steps=6",
+    "module.warmup_steps=2",
+    "module.test_beam_size=1",
+    "logger.wandb.mode=disabled",
+)
 
 
 @pytest.mark.slow
@@ -63,8 +77,23 @@ TINY_SWEEP = tiny_overrides(None, "data.limit_eval=20", "trainer.max_steps=6", "
 @pytest.mark.parametrize("launcher, jobs", [("joblib", 2), ("submitit_local", 1)])
 def test_tiny_sweep_through_a_launcher(tmp_path, capsys, launcher, jobs):
     extra = ["hydra.launcher.timeout_min=10"] if launcher == "submitit_local" else []
-    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
-            "--launcher", launcher, "--jobs", str(jobs), "--seeds", "1", *TINY_SWEEP, f"data.cache_dir={tmp_path / 'cache'}", *extra]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--root",
+        str(tmp_path / "multirun"),
+        "--results",
+        str(tmp_path / "results"),
+        "--launcher",
+        launcher,
+        "--jobs",
+        str(jobs),
+        "--seeds",
+        "1",
+        *TINY_SWEEP,
+        f"data.cache_dir={tmp_path / 'cache'}",
+        *extra,
+    ]
     assert S.main(args) == 0, capsys.readouterr()
     assert "2 done, 0 skipped (already complete), 0 failed" in capsys.readouterr().out
     for name in ("h4-dk8-dv8-pos-sinusoidal-s1", "h4-dk8-dv8-pos-learned-s1"):

@@ -10,7 +10,7 @@ from headsweep.training.schedules import budget_progress, inverse_sqrt_schedule,
 def test_inverse_sqrt_is_the_papers_formula():
     d_model, warmup = 512, 4000
     for step in (1, 100, 4000, 4001, 10_000, 100_000):
-        paper = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+        paper = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
         assert inverse_sqrt_schedule(step, warmup) * (d_model * warmup) ** -0.5 == pytest.approx(paper)
 
 
@@ -18,8 +18,10 @@ def test_inverse_sqrt_is_the_papers_formula():
 def test_decay_reaches_zero_exactly_at_the_end_of_a_step_budget(schedule):
     max_steps, warmup = 1000, 100
     # the rate of step done + 1, as the LightningModule asks for it
-    f = [lr_factor(schedule, done + 1, warmup, budget_progress(done, max_steps, 0.0, None), warmup / max_steps)
-         for done in range(max_steps + 1)]
+    f = [
+        lr_factor(schedule, done + 1, warmup, budget_progress(done, max_steps, 0.0, None), warmup / max_steps)
+        for done in range(max_steps + 1)
+    ]
     assert f[49] == pytest.approx(0.5) and f[99] == pytest.approx(1.0)  # linear warm-up to the peak
     assert max(f) == pytest.approx(1.0) and 0 < f[max_steps - 1] < 0.002  # the last step: nearly zero
     assert f[max_steps] == 0.0  # reached exactly when the budget is spent
@@ -81,11 +83,23 @@ def fit_on_a_slow_machine(decay_by: str, monkeypatch, max_steps: int = 30, secon
     monkeypatch.setattr("pytorch_lightning.callbacks.timer.time", SimpleNamespace(monotonic=lambda: clock[0]))
     vocab = {t: i for i, t in enumerate([*SPECIALS, "a", "b", "c", "d"])}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).to_str()
-    module = TranslationModule({"d_model": 16, "n_layers": 1, "heads": 2, "d_ff": 32}, len(vocab), tokenizer,
-                               peak_lr=1e-3, warmup_steps=4, decay_by=decay_by)
+    module = TranslationModule(
+        {"d_model": 16, "n_layers": 1, "heads": 2, "d_ff": 32},
+        len(vocab),
+        tokenizer,
+        peak_lr=1e-3,
+        warmup_steps=4,
+        decay_by=decay_by,
+    )
     g = torch.Generator().manual_seed(0)
-    batches = [{"src": torch.randint(4, 8, (2, 5), generator=g), "tgt_in": torch.randint(4, 8, (2, 4), generator=g),
-                "tgt_out": torch.randint(4, 8, (2, 4), generator=g)} for _ in range(max_steps)]
+    batches = [
+        {
+            "src": torch.randint(4, 8, (2, 5), generator=g),
+            "tgt_in": torch.randint(4, 8, (2, 4), generator=g),
+            "tgt_out": torch.randint(4, 8, (2, 4), generator=g),
+        }
+        for _ in range(max_steps)
+    ]
     rates = []
 
     class SlowClock(pl.Callback):
@@ -95,9 +109,17 @@ def fit_on_a_slow_machine(decay_by: str, monkeypatch, max_steps: int = 30, secon
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock[0] += seconds_per_step
 
-    trainer = pl.Trainer(max_steps=max_steps, max_time="00:01:00:00", limit_val_batches=0, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         accelerator="cpu", callbacks=[SlowClock()])
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        max_time="00:01:00:00",
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        callbacks=[SlowClock()],
+    )
     trainer.fit(module, train_dataloaders=torch.utils.data.DataLoader(batches, batch_size=None))
     return rates, trainer.global_step
 
@@ -107,13 +129,15 @@ def test_under_decay_by_steps_every_rate_is_the_step_s_alone_on_a_slow_machine(m
     stops the job. make train's steps_or_time anneals by the clock, so a slow machine decays earlier."""
     max_steps, warmup = 30, 4
     by_steps, steps_taken = fit_on_a_slow_machine("steps", monkeypatch, max_steps)
-    step_only = [1e-3 * lr_factor("linear", done + 1, warmup, budget_progress(done, max_steps, 0.0, None),
-                                  warmup / max_steps) for done in range(len(by_steps))]
+    step_only = [
+        1e-3 * lr_factor("linear", done + 1, warmup, budget_progress(done, max_steps, 0.0, None), warmup / max_steps)
+        for done in range(len(by_steps))
+    ]
     assert by_steps == pytest.approx(step_only, rel=1e-9, abs=1e-15)
     assert steps_taken < max_steps and len(by_steps) == steps_taken  # the time cap stopped it (18 of 30)
     by_time, _ = fit_on_a_slow_machine("steps_or_time", monkeypatch, max_steps)
     assert by_time[:warmup] == pytest.approx(step_only[:warmup])  # the same warm-up
-    later = list(zip(by_time[warmup + 1:], step_only[warmup + 1:]))
+    later = list(zip(by_time[warmup + 1 :], step_only[warmup + 1 :]))
     assert len(later) > 10 and all(t < s for t, s in later)  # then the clock's share leads: a lower rate each step
 
 
@@ -121,7 +145,9 @@ def test_decay_by_steps_without_max_steps_and_unknown_values_fail_before_data():
     from headsweep.config import compose
     from headsweep.training.checks import ConfigError, check_config
 
-    with pytest.raises(ConfigError, match="module.decay_by=steps decays module.schedule=linear by trainer.max_steps, which is unset"):
+    with pytest.raises(
+        ConfigError, match="module.decay_by=steps decays module.schedule=linear by trainer.max_steps, which is unset"
+    ):
         check_config(compose(["module.decay_by=steps", "trainer.max_steps=-1", "paths.output_dir=/tmp/x"]))
     with pytest.raises(ConfigError, match="module.decay_by='clock': use steps"):
         check_config(compose(["module.decay_by=clock", "paths.output_dir=/tmp/x"]))

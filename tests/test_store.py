@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import write_results
 from headsweep import store
 from headsweep.config import compose
 from headsweep.reports.cells import load_runs
 from headsweep.store_migrate import MigrationError, migrate
 from headsweep.training.runs import export_run
-
-from conftest import write_results
 
 
 def config(*overrides) -> dict:
@@ -28,12 +27,26 @@ def test_the_key_is_what_is_trained_and_scored_not_where_or_by_whom():
     base = store.experiment_key(config())
     assert len(base) == 12 and int(base, 16) >= 0
     # paths, names, threads, loggers, data location: the same experiment
-    same = config("run_name=other", "sweep=another", "tags=[x]", "threads=1", "logger.wandb.mode=disabled",
-                  "data.dir=/elsewhere", "paths.output_dir=/tmp/x")
+    same = config(
+        "run_name=other",
+        "sweep=another",
+        "tags=[x]",
+        "threads=1",
+        "logger.wandb.mode=disabled",
+        "data.dir=/elsewhere",
+        "paths.output_dir=/tmp/x",
+    )
     assert store.experiment_key(same) == base
     # what is trained, how it is scored, the seed, precision, device and analysis: another experiment
-    for changed in (["seed=2"], ["model.heads=4"], ["trainer.precision=bf16-mixed"], ["trainer.max_steps=10"],
-                    ["module.peak_lr=0.001"], ["analysis=default"], ["model.init=xavier"]):
+    for changed in (
+        ["seed=2"],
+        ["model.heads=4"],
+        ["trainer.precision=bf16-mixed"],
+        ["trainer.max_steps=10"],
+        ["module.peak_lr=0.001"],
+        ["analysis=default"],
+        ["model.init=xavier"],
+    ):
         assert store.experiment_key(config(*changed)) != base, changed
 
 
@@ -73,8 +86,15 @@ def finished_run_dir(run_dir: Path, bleu: float) -> Path:
     (run_dir / "hypotheses" / "test_2016_flickr.beam.en").write_text(f"{bleu}\n")
     (run_dir / "csv").mkdir()
     (run_dir / "csv" / "metrics.csv").write_text("step,val/bleu\n1149,30.0\n")
-    write_results(run_dir, {"status": "complete", "config": config("tags=[row-A,base]"),
-                            "metrics": {"test/bleu": bleu}, "output_dir": str(run_dir)})
+    write_results(
+        run_dir,
+        {
+            "status": "complete",
+            "config": config("tags=[row-A,base]"),
+            "metrics": {"test/bleu": bleu},
+            "output_dir": str(run_dir),
+        },
+    )
     return run_dir
 
 
@@ -98,8 +118,13 @@ def test_two_sweeps_wanting_one_experiment_at_once_train_it_once(tmp_path):
     results = tmp_path / "results"
     ctx = multiprocessing.get_context("spawn")
     started, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=want, args=(str(results), str(tmp_path / "mr" / s / "h8-s1"),
-                                           str(results / s / "h8-s1"), started, out)) for s in ("a", "b")]
+    procs = [
+        ctx.Process(
+            target=want,
+            args=(str(results), str(tmp_path / "mr" / s / "h8-s1"), str(results / s / "h8-s1"), started, out),
+        )
+        for s in ("a", "b")
+    ]
     for p in procs:
         p.start()
     started.set()
@@ -109,12 +134,15 @@ def test_two_sweeps_wanting_one_experiment_at_once_train_it_once(tmp_path):
     assert sorted(trained for _, trained, _ in got) == [False, True]  # one writer, one reuse
     assert all(m == {"test/bleu": 30.0} for _, _, m in got)
     runs = [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]
-    assert len(runs) == 1 and os.readlink(results / "a" / "h8-s1") == os.readlink(results / "b" / "h8-s1") == \
-        f"../runs/{runs[0].name}"
+    assert (
+        len(runs) == 1
+        and os.readlink(results / "a" / "h8-s1") == os.readlink(results / "b" / "h8-s1") == f"../runs/{runs[0].name}"
+    )
     trained_dir = tmp_path / "mr" / next(s for s, t, _ in got if t) / "h8-s1"
     assert not (tmp_path / "mr" / next(s for s, t, _ in got if not t) / "h8-s1").exists()  # never trained
-    assert [v["sweep"] for v in store.read_record(runs[0]).views] == ["a", "b"] or \
-        [v["sweep"] for v in store.read_record(runs[0]).views] == ["b", "a"]
+    assert [v["sweep"] for v in store.read_record(runs[0]).views] == ["a", "b"] or [
+        v["sweep"] for v in store.read_record(runs[0]).views
+    ] == ["b", "a"]
     assert trained_dir.is_dir()
 
 
@@ -127,10 +155,18 @@ def old_run(results: Path, sweep: str, job: str, seed: int, bleu: float, tags: l
     (d / "metrics.csv").write_text("step,val/bleu\n1149,30.0\n")
     out = f"/work/runner/multirun/{sweep}/{job}"
     cfg = config(f"seed={seed}", f"sweep={sweep}", f"tags=[{','.join(tags)}]", f"paths.output_dir={out}")
-    record = {"status": "complete", "run_name": job, "sweep": sweep, "config": cfg, "metrics": {"test/bleu": bleu},
-              "hypotheses": {"test_2016_flickr.beam": f"{out}/hypotheses/test_2016_flickr.beam.en"},
-              "references": {"test_2016_flickr": "/work/runner/../shared/data/multi30k/test_2016_flickr.en.gz"},
-              "output_dir": out, "exported_from": out, **extra}
+    record = {
+        "status": "complete",
+        "run_name": job,
+        "sweep": sweep,
+        "config": cfg,
+        "metrics": {"test/bleu": bleu},
+        "hypotheses": {"test_2016_flickr.beam": f"{out}/hypotheses/test_2016_flickr.beam.en"},
+        "references": {"test_2016_flickr": "/work/runner/../shared/data/multi30k/test_2016_flickr.en.gz"},
+        "output_dir": out,
+        "exported_from": out,
+        **extra,
+    }
     (d / "results.json").write_text(json.dumps(record))
     return d
 
@@ -139,9 +175,18 @@ def test_migration_moves_runs_into_the_store_and_copies_become_views(tmp_path):
     results = tmp_path / "results"
     x = old_run(results, "a", "h8-s1", 1, 30.0, ["row-A", "cell-h8", "base"])
     old_run(results, "a", "h8-s2", 2, 31.0, ["row-A", "cell-h8", "base"])
-    copy = old_run(results, "b", "h8-s1", 1, 30.0, ["row-B", "cell-h8", "base"],
-                   shared_from={"run": "a/h8-s1", "sweep": "a", "tags": ["row-A"]})
-    (copy / "hypotheses" / "test_2016_flickr.beam.en").write_bytes((x / "hypotheses" / "test_2016_flickr.beam.en").read_bytes())
+    copy = old_run(
+        results,
+        "b",
+        "h8-s1",
+        1,
+        30.0,
+        ["row-B", "cell-h8", "base"],
+        shared_from={"run": "a/h8-s1", "sweep": "a", "tags": ["row-A"]},
+    )
+    (copy / "hypotheses" / "test_2016_flickr.beam.en").write_bytes(
+        (x / "hypotheses" / "test_2016_flickr.beam.en").read_bytes()
+    )
     hyp_bytes = (x / "hypotheses" / "test_2016_flickr.beam.en").read_bytes()
     corrupt = results / "b" / "h4-s1"
     corrupt.mkdir()
@@ -156,7 +201,9 @@ def test_migration_moves_runs_into_the_store_and_copies_become_views(tmp_path):
     printed = "".join(lines)
     assert (counts["moved"], counts["copies"], counts["corrupt"], counts["entries"], counts["views"]) == (2, 1, 1, 2, 3)
     assert f"left in place: {corrupt / 'results.json'}: unreadable results.json" in printed
-    key = store.experiment_key(json.loads((results / "runs" / os.readlink(x).split("/")[-1] / "results.json").read_text())["config"])
+    key = store.experiment_key(
+        json.loads((results / "runs" / os.readlink(x).split("/")[-1] / "results.json").read_text())["config"]
+    )
     for view in (results / "a" / "h8-s1", results / "b" / "h8-s1"):
         assert view.is_symlink() and os.readlink(view) == f"../runs/{key}"
         assert (view / "hypotheses" / "test_2016_flickr.beam.en").read_bytes() == hyp_bytes
@@ -167,8 +214,10 @@ def test_migration_moves_runs_into_the_store_and_copies_become_views(tmp_path):
     assert record["schema_version"] == 2 and "/work/runner" not in text
     assert record["output_dir"] == "multirun/a/h8-s1"
     assert record["references"]["test_2016_flickr"] == "../shared/data/multi30k/test_2016_flickr.en.gz"
-    assert record["views"] == [{"sweep": "a", "job": "h8-s1", "tags": ["row-A", "cell-h8", "base"]},
-                               {"sweep": "b", "job": "h8-s1", "tags": ["row-B", "cell-h8", "base"], "lr_select": None}]
+    assert record["views"] == [
+        {"sweep": "a", "job": "h8-s1", "tags": ["row-A", "cell-h8", "base"]},
+        {"sweep": "b", "job": "h8-s1", "tags": ["row-B", "cell-h8", "base"], "lr_select": None},
+    ]
     # row B's report sees its base through its own view: sweep b, row B's tags; the corrupt one named
     runs, left_out = load_runs(results / "b", "b")
     assert [(r.dir.name, r.results["config"]["sweep"], r.base, r.cell) for r in runs] == [("h8-s1", "b", True, "h8")]
@@ -210,11 +259,22 @@ def test_a_learning_rate_selection_belongs_to_its_view():
     """A grid run (make sweep LR_GRID=) shown by a plain sweep is a plain run there, and a plain run shown by
     a grid sweep is that sweep's grid run: lr_select is the view's, the record's own is its first view's."""
     grid = {"phase": "grid", "grid": [0.001, 0.002], "select_on": "val/loss"}
-    record = store.Record.from_dict({"status": "complete", "config": {"seed": 1, "sweep": "g", "lr_select": grid},
-                                     "views": [{"sweep": "g", "job": "x-lr0.002-s1", "tags": ["lr-grid"]},
-                                               {"sweep": "plain", "job": "x-s1", "tags": ["base"]},
-                                               {"sweep": "g2", "job": "x-lr0.002-s1", "tags": ["lr-grid"],
-                                                "lr_select": {**grid, "grid": [0.002, 0.004]}}]})
+    record = store.Record.from_dict(
+        {
+            "status": "complete",
+            "config": {"seed": 1, "sweep": "g", "lr_select": grid},
+            "views": [
+                {"sweep": "g", "job": "x-lr0.002-s1", "tags": ["lr-grid"]},
+                {"sweep": "plain", "job": "x-s1", "tags": ["base"]},
+                {
+                    "sweep": "g2",
+                    "job": "x-lr0.002-s1",
+                    "tags": ["lr-grid"],
+                    "lr_select": {**grid, "grid": [0.002, 0.004]},
+                },
+            ],
+        }
+    )
     assert store.as_seen(record, "g", "x-lr0.002-s1")["config"]["lr_select"] == grid
     assert store.as_seen(record, "plain", "x-s1")["config"]["lr_select"] is None
     assert store.as_seen(record, "g2", "x-lr0.002-s1")["config"]["lr_select"]["grid"] == [0.002, 0.004]

@@ -8,17 +8,24 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_report import CELLS, REFS, make_run, write_curve
 
 from headsweep.reports import report as R
 from headsweep.reports import report_stuck as S
 from headsweep.reports.report_convergence import last_third_share
+from test_report import CELLS, REFS, make_run, write_curve
 
 # Val loss at the validation nearest 40% of max_steps 800 (step 400: 320 is 80 from it, 120 from 200), and the
 # test BLEU, per (h, seed). The base's median there is 3.25; h4's seed 3 sits 0.65 above it, the rest within 0.1.
-EARLY = {(8, 1): (3.20, 30.0), (8, 2): (3.25, 32.0), (8, 3): (3.30, 31.0),
-         (4, 1): (3.30, 29.0), (4, 2): (3.35, 28.0), (4, 3): (3.90, 20.0),
-         (2, 1): (3.10, 33.0), (2, 2): (3.20, 32.5)}
+EARLY = {
+    (8, 1): (3.20, 30.0),
+    (8, 2): (3.25, 32.0),
+    (8, 3): (3.30, 31.0),
+    (4, 1): (3.30, 29.0),
+    (4, 2): (3.35, 28.0),
+    (4, 3): (3.90, 20.0),
+    (2, 1): (3.10, 33.0),
+    (2, 2): (3.20, 32.5),
+}
 
 
 @pytest.fixture
@@ -31,8 +38,9 @@ def sweep_root(tmp_path):
     for (h, seed), (early, bleu) in EARLY.items():
         run = make_run(root / "table3_a", data, h, seed, bleu, CELLS[h]["hyps"])
         # validations at 200, 400, 600, 800; a stuck run stays high, then falls late
-        write_curve(run, {200: (5.0, early + 0.8), 400: (10.0, early), 600: (20.0, early - 0.5),
-                          800: (25.0, early - 0.7)})
+        write_curve(
+            run, {200: (5.0, early + 0.8), 400: (10.0, early), 600: (20.0, early - 0.5), 800: (25.0, early - 0.7)}
+        )
     return root
 
 
@@ -69,28 +77,39 @@ def test_the_stuck_seed_is_flagged_and_the_cell_shown_with_and_without_it(sweep_
 def test_report_names_the_stuck_run_and_the_disagreeing_cell(sweep_root, tmp_path):
     out = tmp_path / "reports"
     md = R.write_report("table3_a", sweep_root, out, n_samples=20)[0].read_text()
-    assert "- 1 run stuck on an early plateau (early val loss more than 0.364 above the base's median; column " \
-           "'stuck'); kept in every number, shown without them under Stuck runs; seeds disagree in h4-dk64-dv64." in md
+    assert (
+        "- 1 run stuck on an early plateau (early val loss more than 0.364 above the base's median; column "
+        "'stuck'); kept in every number, shown without them under Stuck runs; seeds disagree in h4-dk64-dv64." in md
+    )
     assert "## Stuck runs" in md and "(step 400)" in md
     assert "- Stuck (1 of 8 runs checked): `h4-dk64-dv64-s3` 3.900 at step 400 (+0.650), test BLEU 20.00." in md
-    assert "- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: h4-dk64-dv64 " \
-           "(stuck: seed 3 of 3)." in md
+    assert (
+        "- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: h4-dk64-dv64 "
+        "(stuck: seed 3 of 3)." in md
+    )
     assert "the runs here cannot support the rule (no such gap)" in md
     every, kept = [29.0, 28.0, 20.0], [29.0, 28.0]
     base = statistics.fmean([30.0, 32.0, 31.0])
-    row = (f"| h4-dk64-dv64 | 1 of 3 | s3 | {statistics.fmean(every):.2f} ± {statistics.stdev(every):.2f} (n = 3) | "
-           f"{statistics.fmean(kept):.2f} ± {statistics.stdev(kept):.2f} (n = 2) | "
-           f"{statistics.fmean(kept) - base:+.2f} |")
+    row = (
+        f"| h4-dk64-dv64 | 1 of 3 | s3 | {statistics.fmean(every):.2f} ± {statistics.stdev(every):.2f} (n = 3) | "
+        f"{statistics.fmean(kept):.2f} ± {statistics.stdev(kept):.2f} (n = 2) | "
+        f"{statistics.fmean(kept) - base:+.2f} |"
+    )
     assert row in md
     # the main table keeps every run and marks the cell
-    assert "| stuck |" in md.splitlines()[next(i for i, line in enumerate(md.splitlines()) if line.startswith("| cell"))]
+    assert (
+        "| stuck |" in md.splitlines()[next(i for i, line in enumerate(md.splitlines()) if line.startswith("| cell"))]
+    )
     assert f"| {statistics.fmean(every):.2f} ± {statistics.stdev(every):.2f} | 1 of 3 |" in md
     assert "seed 3 3.900 at step 400 (+0.650) STUCK" in md  # the cell's details
     # convergence: every fixture curve is early + 0.8, early, early - 0.5, early - 0.7 at steps 200..800; at
     # 2/3 of 800 (533.3) early - 0.333, so each run's share of its drop of 1.5 is (0.7 - 0.333) / 1.5 = 0.244
     share = (0.7 - 0.5 * (800 * 2 / 3 - 400) / 200) / 1.5
     assert share == pytest.approx(0.2444, abs=1e-4)
-    assert f"a median {share:.0%} of each run's val-loss drop" in md and f"range {share:.0%} to {share:.0%} over 8 runs" in md
+    assert (
+        f"a median {share:.0%} of each run's val-loss drop" in md
+        and f"range {share:.0%} to {share:.0%} over 8 runs" in md
+    )
     assert "**Not converged: differences may be speeds of learning.**" in md
     assert "Kendall's tau" in md.split("## Is the budget long enough?")[1]
 
@@ -120,8 +139,19 @@ def test_the_rule_on_the_shipped_runs_gives_the_documented_threshold_and_the_iss
     the base at that width), three of six h = 32 / d_k = 32 runs, two head-dropout-0.2 runs. The shipped
     sweeps whose runs were complete when the rule was chosen (heads_fixed_dk_fp32_lr was still landing seeds)."""
     root = Path(__file__).resolve().parents[1] / "results"
-    sweeps = ["fixed_heads", "heads_budget_2x", "heads_budget_2x_fp32", "heads_by_width", "heads_by_width_512_fp32",
-              "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_specialise", "kv_heads", "table3_a", "table3_b"]
+    sweeps = [
+        "fixed_heads",
+        "heads_budget_2x",
+        "heads_budget_2x_fp32",
+        "heads_by_width",
+        "heads_by_width_512_fp32",
+        "heads_fixed_dk",
+        "heads_fixed_dk_fp32",
+        "heads_specialise",
+        "kv_heads",
+        "table3_a",
+        "table3_b",
+    ]
     if not all((root / s).is_dir() for s in sweeps):
         pytest.skip("the shipped results are not in this checkout")
     pool = R.early_pool(root, sweeps)
@@ -129,18 +159,34 @@ def test_the_rule_on_the_shipped_runs_gives_the_documented_threshold_and_the_iss
     assert t.how == "data" and t.value == pytest.approx(S.SHIPPED_THRESHOLD, abs=5e-4)
     assert t.gap == pytest.approx((0.337, 0.391), abs=5e-4) and t.seed_sd == pytest.approx(0.029, abs=5e-4)
     stuck = sorted(name for name, x in zip(pool["runs"], pool["excesses"]) if x > t.value)
-    kv = [f"kv_heads/h8-dk32-dv32-ff{ff}-kv{kv}-s{s}" for ff, kv in ((1024, 1), (1024, 2), (1313, 2), (1361, 1))
-          for s in (1, 2, 3)]
-    assert stuck == sorted(kv + [f"heads_by_width/h1-dk512-dv512-dm512-ff2048-s{s}" for s in (1, 2, 3)]
-                           + ["heads_fixed_dk/h32-dk32-dv32-s3", "heads_fixed_dk_fp32/h32-dk32-dv32-s1",
-                              "heads_fixed_dk_fp32/h32-dk32-dv32-s3", "heads_specialise/h8-dk32-dv32-head_dropout0.2-s1",
-                              "heads_specialise/h8-dk32-dv32-head_dropout0.2-s2"])
+    kv = [
+        f"kv_heads/h8-dk32-dv32-ff{ff}-kv{kv}-s{s}"
+        for ff, kv in ((1024, 1), (1024, 2), (1313, 2), (1361, 1))
+        for s in (1, 2, 3)
+    ]
+    assert stuck == sorted(
+        kv
+        + [f"heads_by_width/h1-dk512-dv512-dm512-ff2048-s{s}" for s in (1, 2, 3)]
+        + [
+            "heads_fixed_dk/h32-dk32-dv32-s3",
+            "heads_fixed_dk_fp32/h32-dk32-dv32-s1",
+            "heads_fixed_dk_fp32/h32-dk32-dv32-s3",
+            "heads_specialise/h8-dk32-dv32-head_dropout0.2-s1",
+            "heads_specialise/h8-dk32-dv32-head_dropout0.2-s2",
+        ]
+    )
 
 
 def test_a_bad_stuck_threshold_is_one_line_and_writes_nothing(sweep_root, tmp_path, capsys):
     out = tmp_path / "reports"
-    for bad in (["--stuck-threshold", "0"], ["--stuck-threshold", "10"], ["--stuck-threshold=-1"],
-                ["--stuck-threshold", "nan"], ["--stuck-threshold", "inf"], ["--stuck-threshold", "abc"]):
+    for bad in (
+        ["--stuck-threshold", "0"],
+        ["--stuck-threshold", "10"],
+        ["--stuck-threshold=-1"],
+        ["--stuck-threshold", "nan"],
+        ["--stuck-threshold", "inf"],
+        ["--stuck-threshold", "abc"],
+    ):
         assert R.main(["--sweep", "table3_a", "--root", str(sweep_root), "--out", str(out), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: --stuck-threshold: got ") and "between 0 and 10" in err
@@ -170,5 +216,6 @@ def test_a_learning_rate_grids_runs_are_not_pooled_for_the_threshold():
     assert any("-lr0.0005-" in p.name for p in (root / "kv_heads_lr").iterdir())  # the grid runs are there
     pool = R.early_pool(root, ["kv_heads_lr"])
     assert pool["runs"] and not any("-lr0." in name for name in pool["runs"])
-    assert len(pool["runs"]) == len({os.path.realpath(p) for p in (root / "kv_heads_lr").iterdir()
-                                     if p.is_dir() and "-lr0." not in p.name})  # each chosen-rate run once
+    assert len(pool["runs"]) == len(
+        {os.path.realpath(p) for p in (root / "kv_heads_lr").iterdir() if p.is_dir() and "-lr0." not in p.name}
+    )  # each chosen-rate run once

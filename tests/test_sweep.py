@@ -11,19 +11,34 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from headsweep.sweeps import launch as L, lr_select as LS, planning as P, specs as SP, sweep as S
+from conftest import needs_data, seen, stored_run, tiny_overrides, write_results
+from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
+from headsweep.store import as_seen, read_record
+from headsweep.sweeps import launch as L
+from headsweep.sweeps import lr_select as LS
+from headsweep.sweeps import planning as P
+from headsweep.sweeps import specs as SP
+from headsweep.sweeps import sweep as S
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.specs import format_value
-from headsweep.config import SWEEPS_DIR, attention_scaled_lr, auto_precision, compose
 from headsweep.training.runs import is_complete
-from headsweep.store import as_seen, read_record
 
-from conftest import needs_data, seen, stored_run, tiny_overrides, write_results
 SPECS = sorted(p for p in SWEEPS_DIR.glob("*.yaml") if not p.stem.startswith("_"))  # the spec files
 NAMES = SP.available()  # every sweep: each spec and each of its variants (<spec>_<variant>)
 # The top-level keys of a W&B sweep spec (docs.wandb.ai, "Sweep configuration options").
-WANDB_KEYS = {"program", "entity", "project", "description", "name", "method", "metric", "parameters",
-              "early_terminate", "command", "run_cap"}
+WANDB_KEYS = {
+    "program",
+    "entity",
+    "project",
+    "description",
+    "name",
+    "method",
+    "metric",
+    "parameters",
+    "early_terminate",
+    "command",
+    "run_cap",
+}
 # Every sweep's jobs as `make sweep SWEEP=<name> DRY=1` planned them from one file per sweep, before the specs had
 # a base and variants (seed 1's names and overrides, the overrides common to every job, the seeds).
 FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").read_text())
@@ -43,28 +58,56 @@ def shipped_sweep(results: Path, name: str) -> None:
 
 
 def test_every_ablation_has_a_small_and_a_paper_spec():
-    studies = {"heads_specialise", "heads_fixed_dk", "heads_fixed_dk_fp32", "heads_fixed_dk_fp32_lr", "heads_by_width",
-               "heads_budget_2x", "heads_budget_2x_fp32", "heads_budget_1x", "heads_by_width_512_fp32", "kv_heads",
-               "fixed_heads", "kv_heads_init"}
+    studies = {
+        "heads_specialise",
+        "heads_fixed_dk",
+        "heads_fixed_dk_fp32",
+        "heads_fixed_dk_fp32_lr",
+        "heads_by_width",
+        "heads_budget_2x",
+        "heads_budget_2x_fp32",
+        "heads_budget_1x",
+        "heads_by_width_512_fp32",
+        "kv_heads",
+        "fixed_heads",
+        "kv_heads_init",
+    }
     fan_in = {"heads_fixed_dk_fan_in", "table3_b_fan_in", "fixed_heads_fan_in"}  # issue 42's re-runs, none shipped yet
     assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in
     assert set(NAMES) - fan_in == set(FROZEN)
     # one file per study: the fp32, budget, learning-rate, init and paper-size sweeps are variants of these
-    assert [p.stem for p in SPECS] == ["fixed_heads", "heads_budget", "heads_by_width", "heads_fixed_dk",
-                                       "heads_specialise", "kv_heads", *(f"table3_{r}" for r in "abcde")]
+    assert [p.stem for p in SPECS] == [
+        "fixed_heads",
+        "heads_budget",
+        "heads_by_width",
+        "heads_fixed_dk",
+        "heads_specialise",
+        "kv_heads",
+        *(f"table3_{r}" for r in "abcde"),
+    ]
 
 
 # What twins differ in: precision, budget, learning rate, init, and device or model size (group choices).
-PROTOCOL = {"trainer.precision", "trainer.max_steps", "trainer.max_time", "module.peak_lr", "module.decay_by",
-            "model.init", "model.init_kv_gain", "trainer", "model"}
+PROTOCOL = {
+    "trainer.precision",
+    "trainer.max_steps",
+    "trainer.max_time",
+    "module.peak_lr",
+    "module.decay_by",
+    "model.init",
+    "model.init_kv_gain",
+    "trainer",
+    "model",
+}
 
 
 def same_grid(a: dict, b: dict) -> bool:
     """Twins: the same axes, each of one's values among the other's (the same cells or some of them), and the
     same constants but for the protocol (PROTOCOL)."""
     axes = [{k: p["values"] for k, p in s["parameters"].items() if "values" in p and k != "seed"} for s in (a, b)]
-    constants = [{k: p["value"] for k, p in s["parameters"].items() if "value" in p and k not in PROTOCOL}
-                 for s in (a, b)]
+    constants = [
+        {k: p["value"] for k, p in s["parameters"].items() if "value" in p and k not in PROTOCOL} for s in (a, b)
+    ]
     if set(axes[0]) != set(axes[1]) or constants[0] != constants[1]:
         return False
     small, large = sorted(axes, key=lambda x: sum(map(len, x.values())))
@@ -75,8 +118,11 @@ def twins(specs_dir: Path) -> list[tuple[str, str]]:
     """Pairs of sweeps from different spec files that are twins: one should be the other's variant."""
     names = SP.sweep_names(specs_dir)
     specs = {n: SP.load_spec(n, specs_dir)[0] for n in names}
-    return [(a, b) for a, b in itertools.combinations(sorted(names), 2)
-            if names[a][0] != names[b][0] and same_grid(specs[a], specs[b])]
+    return [
+        (a, b)
+        for a, b in itertools.combinations(sorted(names), 2)
+        if names[a][0] != names[b][0] and same_grid(specs[a], specs[b])
+    ]
 
 
 def test_no_spec_is_another_specs_twin(tmp_path):
@@ -101,7 +147,9 @@ def test_heads_fixed_dk_fp32_runs_fp32_on_any_cpu_and_takes_its_base_from_table3
     sweep = P.plan("heads_fixed_dk_fp32", seeds=3, budget="ablation", root=tmp_path, results=results)
     assert "trainer.precision=32-true" in sweep.common
     base = [j for j in sweep.jobs if j.base]
-    assert [j.same_as.resolve() for j in base] == [(SHIPPED / "table3_a" / f"h8-dk32-dv32-s{s}").resolve() for s in (1, 2, 3)]
+    assert [j.same_as.resolve() for j in base] == [
+        (SHIPPED / "table3_a" / f"h8-dk32-dv32-s{s}").resolve() for s in (1, 2, 3)
+    ]
     assert {j.cell for j in sweep.jobs if not j.base} == {"h16-dk32-dv32", "h32-dk32-dv32"}
     # with its own finished (fp32) jobs beside it, the spec's precision is not set a second time
     shipped_sweep(results, "heads_fixed_dk_fp32")
@@ -138,8 +186,11 @@ def test_heads_fixed_dk_fp32_lr_cuts_the_peak_by_the_attention_width_and_copies_
 
 def test_heads_specialise_analyses_every_job(tmp_path):
     sweep = P.plan("heads_specialise", seeds=2, root=tmp_path)
-    assert [j.cell for j in sweep.jobs[:3]] == ["h8-dk32-dv32-head_dropout0", "h8-dk32-dv32-head_dropout0.1",
-                                                "h8-dk32-dv32-head_dropout0.2"] and len(sweep.jobs) == 6
+    assert [j.cell for j in sweep.jobs[:3]] == [
+        "h8-dk32-dv32-head_dropout0",
+        "h8-dk32-dv32-head_dropout0.1",
+        "h8-dk32-dv32-head_dropout0.2",
+    ] and len(sweep.jobs) == 6
     cfg = compose([*sweep.common, *sweep.jobs[2].overrides])
     assert cfg.model.head_dropout == 0.2 and cfg.analysis.step == 0.2 and cfg.analysis.split == "val"
 
@@ -188,12 +239,18 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
     assert not tmp_path.joinpath(name).exists()  # planning writes nothing
     if name.endswith("_fan_in"):  # issue 42's protocol as a variant: its spec's jobs, only the protocol differs
         # the spec's shipped runs fix its precision for every job; the variant has none yet, so each job names it
-        frozen, protocol = FROZEN[name.removesuffix("_fan_in")], ("model.init=", "module.decay_by=", "trainer.precision=")
+        frozen, protocol = (
+            FROZEN[name.removesuffix("_fan_in")],
+            ("model.init=", "module.decay_by=", "trainer.precision="),
+        )
         same = lambda overrides: " ".join(o for o in overrides.split(" ") if not o.startswith(protocol))  # noqa: E731
-        assert [same(f"{j.name} {' '.join(j.overrides)}") for j in sweep.jobs] == [same(j) for j in frozen["seed_1_jobs"]]
+        assert [same(f"{j.name} {' '.join(j.overrides)}") for j in sweep.jobs] == [
+            same(j) for j in frozen["seed_1_jobs"]
+        ]
         derived = (*protocol, "sweep=", "trainer.accelerator=")  # its name; the device its spec's runs fixed
-        assert [c for c in sorted(sweep.common) if not c.startswith(derived)] == \
-            [c for c in frozen["common"] if not c.startswith(derived)]
+        assert [c for c in sorted(sweep.common) if not c.startswith(derived)] == [
+            c for c in frozen["common"] if not c.startswith(derived)
+        ]
         assert "model.init=fan_in" in sweep.common and "model.init=xavier" in frozen["common"]
         return
     frozen = FROZEN[name]
@@ -206,8 +263,18 @@ def test_job_file_composes_the_same_config_as_its_overrides(name, tmp_path):
     """What a job trains (its job file, merged by Hydra) is what was validated (its command-line form)."""
     specs = tmp_path / "specs"
     specs.mkdir()
-    (specs / "groups.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {  # config group choices
-        "model": {"values": ["tiny", "small"]}, "budget": {"values": ["short"]}, "model.heads": {"values": [2]}}}))
+    (specs / "groups.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "method": "grid",
+                "parameters": {  # config group choices
+                    "model": {"values": ["tiny", "small"]},
+                    "budget": {"values": ["short"]},
+                    "model.heads": {"values": [2]},
+                },
+            }
+        )
+    )
     sweep = P.plan(name, seeds=1, root=tmp_path, specs_dir=specs if name == "groups" else SWEEPS_DIR)
     L.write_jobs(sweep, sweep.jobs)
     search = f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]"
@@ -226,8 +293,11 @@ def test_grid_times_seeds(tmp_path):
     assert [j.name for j in sweep.jobs] == [f"{c}-s{s}" for s in (1, 2, 3) for c in cells]
     job = sweep.jobs[7]
     precision = f"trainer.precision={auto_precision()}"  # machine-dependent: written into each job as a value
-    assert (job.cell, job.seed, job.overrides) == ("h1-dk256-dv256", 2,
-                                                   ["model.heads=1", precision, "module.peak_lr=0.002", "seed=2"])
+    assert (job.cell, job.seed, job.overrides) == (
+        "h1-dk256-dv256",
+        2,
+        ["model.heads=1", precision, "module.peak_lr=0.002", "seed=2"],
+    )
     assert job.dir == tmp_path / "table3_a" / "h1-dk256-dv256-s2"
     assert job.tags == ["row-A", "cell-h1-dk256-dv256"]
     assert sweep.jobs[6].tags == ["row-A", "cell-h8-dk32-dv32", "base"]
@@ -249,8 +319,18 @@ def test_paper_scale_is_one_option_away(capsys, tmp_path):
 
 
 def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, capsys, no_launch):
-    args = ["--sweep", "table3_e", "--root", str(tmp_path), "--results", str(tmp_path / "results"), "--dry", "--jobs", "1",
-            "hydra.launcher.n_jobs=2"]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--root",
+        str(tmp_path),
+        "--results",
+        str(tmp_path / "results"),
+        "--dry",
+        "--jobs",
+        "1",
+        "hydra.launcher.n_jobs=2",
+    ]
     assert S.main([*args, "--launcher", "joblib"]) == 0
     assert "hydra/launcher=joblib" in capsys.readouterr().out
     assert S.main(args) == 2  # the basic launcher has no n_jobs
@@ -262,7 +342,11 @@ def test_launcher_settings_are_checked_against_the_chosen_launcher(tmp_path, cap
 def test_unknown_sweep_lists_the_available_ones(capsys):
     assert S.main(["--sweep", "table3_z", "--dry"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads," in err
+    assert (
+        err.count("\n") == 1
+        and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads,"
+        in err
+    )
 
 
 def write_spec(tmp_path, parameters: dict) -> Path:
@@ -280,14 +364,19 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(L.subprocess, "run", fail)
 
 
-@pytest.mark.parametrize("parameters, message", [
-    ({"model.heads": {"values": [8]}, "model.head": {"values": [1, 2]}},
-     "parameter 'model.head' is not a config key or value here: Could not override 'model.head'."),
-    ({"model.heads": {"values": [8, 3]}}, "cell model.heads=3: model config: heads=3 does not divide d_model=256"),
-    ({"run_name": {"values": ["a", "b"]}}, "parameter 'run_name' is set by the sweep itself"),
-    ({"seed": {"values": [1.5]}}, "parameter 'seed' must list integers"),
-    ({"model.d_k": {"values": [None]}}, "has a null value"),
-])
+@pytest.mark.parametrize(
+    "parameters, message",
+    [
+        (
+            {"model.heads": {"values": [8]}, "model.head": {"values": [1, 2]}},
+            "parameter 'model.head' is not a config key or value here: Could not override 'model.head'.",
+        ),
+        ({"model.heads": {"values": [8, 3]}}, "cell model.heads=3: model config: heads=3 does not divide d_model=256"),
+        ({"run_name": {"values": ["a", "b"]}}, "parameter 'run_name' is set by the sweep itself"),
+        ({"seed": {"values": [1.5]}}, "parameter 'seed' must list integers"),
+        ({"model.d_k": {"values": [None]}}, "has a null value"),
+    ],
+)
 def test_bad_spec_stops_before_any_job_with_one_line(tmp_path, capsys, no_launch, parameters, message):
     specs = write_spec(tmp_path, parameters)
     assert S.main(["--sweep", "bad", "--specs", str(specs), "--root", str(tmp_path / "mr")]) == 2
@@ -301,24 +390,50 @@ def write_variant_spec(tmp_path, variants: dict, **spec) -> Path:
     specs = tmp_path / "specs"
     specs.mkdir(exist_ok=True)
     (specs / "_base.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {"seed": {"values": [1, 2]}}}))
-    (specs / "v.yaml").write_text(yaml.safe_dump({"parameters": {
-        "model": {"values": ["{positions:sinusoidal,dropout:0.1}", "{positions:learned,dropout:0.1}"]},
-        "model.heads": {"value": 8}}, "variants": variants, **spec}))
+    (specs / "v.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "parameters": {
+                    "model": {"values": ["{positions:sinusoidal,dropout:0.1}", "{positions:learned,dropout:0.1}"]},
+                    "model.heads": {"value": 8},
+                },
+                "variants": variants,
+                **spec,
+            }
+        )
+    )
     return specs
 
 
-@pytest.mark.parametrize("variants, sweep, message", [
-    ({"fp32": {"set": {"trainer.precision": "32-true"}}}, "v_fp16",
-     "unknown sweep 'v_fp16': sweeps/v.yaml has no variant 'fp16' (its variants: fp32;"),
-    ({"h4": {"set": {"model": "{positions:learned}"}}}, "v_h4", "set: model: v sweeps over model"),
-    ({"drop": {"set": {"model.dropout": 0.2}}}, "v_drop", "set: model.dropout: v sweeps over model"),  # in its dicts
-    ({"one": {"only": {"model": ["{positions:rope,dropout:0.1}"]}}}, "v_one",
-     "only: model lists ['{positions:rope,dropout:0.1}'], not among v's values"),
-    ({"one": {"only": {"model.heads": [8]}}}, "v_one", "only: model.heads is not an axis of v (its axes: model, seed)"),
-    ({"x": {"unset": ["model.d_k"]}}, "v_x", "unset: model.d_k is not one of v's constants (model.heads)"),
-    ({"x": {"trainer.precision": "32-true"}}, "v_x", "'trainer.precision' is not a variant key"),
-    ({"x": {"set": {"run_name": "a"}}}, "v_x", "parameter 'run_name' is set by the sweep itself"),
-])
+@pytest.mark.parametrize(
+    "variants, sweep, message",
+    [
+        (
+            {"fp32": {"set": {"trainer.precision": "32-true"}}},
+            "v_fp16",
+            "unknown sweep 'v_fp16': sweeps/v.yaml has no variant 'fp16' (its variants: fp32;",
+        ),
+        ({"h4": {"set": {"model": "{positions:learned}"}}}, "v_h4", "set: model: v sweeps over model"),
+        (
+            {"drop": {"set": {"model.dropout": 0.2}}},
+            "v_drop",
+            "set: model.dropout: v sweeps over model",
+        ),  # in its dicts
+        (
+            {"one": {"only": {"model": ["{positions:rope,dropout:0.1}"]}}},
+            "v_one",
+            "only: model lists ['{positions:rope,dropout:0.1}'], not among v's values",
+        ),
+        (
+            {"one": {"only": {"model.heads": [8]}}},
+            "v_one",
+            "only: model.heads is not an axis of v (its axes: model, seed)",
+        ),
+        ({"x": {"unset": ["model.d_k"]}}, "v_x", "unset: model.d_k is not one of v's constants (model.heads)"),
+        ({"x": {"trainer.precision": "32-true"}}, "v_x", "'trainer.precision' is not a variant key"),
+        ({"x": {"set": {"run_name": "a"}}}, "v_x", "parameter 'run_name' is set by the sweep itself"),
+    ],
+)
 def test_a_bad_variant_stops_before_any_job_with_one_line(tmp_path, capsys, no_launch, variants, sweep, message):
     specs = write_variant_spec(tmp_path, variants)
     assert S.main(["--sweep", sweep, "--specs", str(specs), "--root", str(tmp_path / "mr"), "--dry"]) == 2
@@ -343,26 +458,58 @@ def test_a_variant_is_its_spec_over_the_base_with_its_overrides(tmp_path):
     """The base under the spec (the spec's own keys win), then the variant: set adds or changes a constant,
     only keeps some of an axis' values in the spec's order (its first value the base), grid gives an axis its
     own values, unset drops a constant."""
-    specs = write_variant_spec(tmp_path, {
-        "fp32": {"description": "in fp32", "set": {"trainer.precision": "32-true", "model.heads": 4},
-                 "only": {"model": ["{positions:learned,dropout:0.1}"]}},
-        "paper": {"grid": {"model": ["{positions:learned,dropout:0.3}"]}, "unset": ["model.heads"]},
-    }, description="row E", metric={"name": "val/loss", "goal": "minimize"})
-    (specs / "_base.yaml").write_text(yaml.safe_dump({"project": "p", "method": "grid", "metric": {"name": "val/bleu"},
-                                                      "parameters": {"seed": {"values": [1, 2]}, "model.d_k": {"value": 8}}}))
+    specs = write_variant_spec(
+        tmp_path,
+        {
+            "fp32": {
+                "description": "in fp32",
+                "set": {"trainer.precision": "32-true", "model.heads": 4},
+                "only": {"model": ["{positions:learned,dropout:0.1}"]},
+            },
+            "paper": {"grid": {"model": ["{positions:learned,dropout:0.3}"]}, "unset": ["model.heads"]},
+        },
+        description="row E",
+        metric={"name": "val/loss", "goal": "minimize"},
+    )
+    (specs / "_base.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "project": "p",
+                "method": "grid",
+                "metric": {"name": "val/bleu"},
+                "parameters": {"seed": {"values": [1, 2]}, "model.d_k": {"value": 8}},
+            }
+        )
+    )
     own, _ = SP.load_spec("v", specs)
-    assert own == {"project": "p", "method": "grid", "metric": {"name": "val/loss", "goal": "minimize"}, "name": "v",
-                   "description": "row E", "parameters": {
-                       "model": {"values": ["{positions:sinusoidal,dropout:0.1}", "{positions:learned,dropout:0.1}"]},
-                       "model.heads": {"value": 8}, "model.d_k": {"value": 8}, "seed": {"values": [1, 2]}}}
+    assert own == {
+        "project": "p",
+        "method": "grid",
+        "metric": {"name": "val/loss", "goal": "minimize"},
+        "name": "v",
+        "description": "row E",
+        "parameters": {
+            "model": {"values": ["{positions:sinusoidal,dropout:0.1}", "{positions:learned,dropout:0.1}"]},
+            "model.heads": {"value": 8},
+            "model.d_k": {"value": 8},
+            "seed": {"values": [1, 2]},
+        },
+    }
     fp32 = SP.wandb_spec("v_fp32", specs)
     assert (fp32["name"], fp32["description"], fp32["metric"]["name"]) == ("v_fp32", "in fp32", "val/loss")
-    assert fp32["parameters"] == {"model": {"values": ["{positions:learned,dropout:0.1}"]}, "model.heads": {"value": 4},
-                                  "model.d_k": {"value": 8}, "trainer.precision": {"value": "32-true"},
-                                  "seed": {"values": [1, 2]}}
+    assert fp32["parameters"] == {
+        "model": {"values": ["{positions:learned,dropout:0.1}"]},
+        "model.heads": {"value": 4},
+        "model.d_k": {"value": 8},
+        "trainer.precision": {"value": "32-true"},
+        "seed": {"values": [1, 2]},
+    }
     paper = SP.load_spec("v_paper", specs)[0]["parameters"]
-    assert paper == {"model": {"values": ["{positions:learned,dropout:0.3}"]}, "model.d_k": {"value": 8},
-                     "seed": {"values": [1, 2]}}
+    assert paper == {
+        "model": {"values": ["{positions:learned,dropout:0.3}"]},
+        "model.d_k": {"value": 8},
+        "seed": {"values": [1, 2]},
+    }
     sweep = P.plan("v_fp32", seeds=None, root=tmp_path / "mr", specs_dir=specs)
     assert [j.name for j in sweep.jobs] == ["h4-dk8-dv64-s1", "h4-dk8-dv64-s2"] and "sweep=v_fp32" in sweep.common
 
@@ -371,18 +518,31 @@ def test_wandb_spec_of_a_variant_is_the_file_it_replaced(tmp_path):
     """sweeps/heads_fixed_dk_fp32.yaml as it was written by hand (W&B's keys), the independent reference for
     what `make wandb-spec SWEEP=heads_fixed_dk_fp32` writes now."""
     command = ["${env}", "${interpreter}", "-m", "headsweep.train", "${args_no_hyphens}"]
-    was = {"name": "heads_fixed_dk_fp32",
-           "description": "h = 8, 16, 32 at a fixed head width d_k = d_v = 32 (d_model 256) in fp32, beside rows A and B",
-           "project": "headsweep", "program": "src/headsweep/train.py", "method": "grid",
-           "metric": {"name": "val/bleu", "goal": "maximize"}, "command": command,
-           "parameters": {"model.heads": {"values": [8, 16, 32]}, "model.d_k": {"value": 32}, "model.d_v": {"value": 32},
-                          "trainer.precision": {"value": "32-true"}, "model.init": {"value": "xavier"},
-                          "module.decay_by": {"value": "steps_or_time"}, "seed": {"values": [1, 2, 3]}}}
+    was = {
+        "name": "heads_fixed_dk_fp32",
+        "description": "h = 8, 16, 32 at a fixed head width d_k = d_v = 32 (d_model 256) in fp32, beside rows A and B",
+        "project": "headsweep",
+        "program": "src/headsweep/train.py",
+        "method": "grid",
+        "metric": {"name": "val/bleu", "goal": "maximize"},
+        "command": command,
+        "parameters": {
+            "model.heads": {"values": [8, 16, 32]},
+            "model.d_k": {"value": 32},
+            "model.d_v": {"value": 32},
+            "trainer.precision": {"value": "32-true"},
+            "model.init": {"value": "xavier"},
+            "module.decay_by": {"value": "steps_or_time"},
+            "seed": {"values": [1, 2, 3]},
+        },
+    }
     out = tmp_path / "spec.yaml"
     assert SP.main(["wandb", "heads_fixed_dk_fp32", "--out", str(out)]) == 0
     assert yaml.safe_load(out.read_text()) == was
-    assert out.read_text().startswith("# Written by `make wandb-spec SWEEP=heads_fixed_dk_fp32` from "
-                                      "sweeps/heads_fixed_dk.yaml variant fp32 over sweeps/_base.yaml")
+    assert out.read_text().startswith(
+        "# Written by `make wandb-spec SWEEP=heads_fixed_dk_fp32` from "
+        "sweeps/heads_fixed_dk.yaml variant fp32 over sweeps/_base.yaml"
+    )
 
 
 def test_bad_override_stops_before_any_job(tmp_path, capsys, no_launch):
@@ -398,8 +558,22 @@ def fake_results(run_dir: Path, status: str = "complete") -> None:
 
 def test_dry_lists_jobs_done_and_to_run_and_runs_nothing(tmp_path, capsys, no_launch):
     fake_results(tmp_path / "table3_a" / "h1-dk256-dv256-s1")
-    assert S.main(["--sweep", "table3_a", "--dry", "--seeds", "1", "--root", str(tmp_path),
-                   "--results", str(tmp_path / "results")]) == 0
+    assert (
+        S.main(
+            [
+                "--sweep",
+                "table3_a",
+                "--dry",
+                "--seeds",
+                "1",
+                "--root",
+                str(tmp_path),
+                "--results",
+                str(tmp_path / "results"),
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     jobs = [line.split() for line in lines if line.startswith("  ")]
     assert len(jobs) == 6
@@ -478,8 +652,9 @@ def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
     def fake_multirun(cmd, **kwargs):
         fake_results(sweep.jobs[0].dir)
         sweep.jobs[1].dir.mkdir()
-        (sweep.jobs[1].dir / "results.json").write_text(json.dumps(
-            {"status": "failed", "error": "DataError: bad file", "log": "/x/train.log"}))
+        (sweep.jobs[1].dir / "results.json").write_text(
+            json.dumps({"status": "failed", "error": "DataError: bad file", "log": "/x/train.log"})
+        )
         sweep.jobs[2].dir.mkdir()
         (sweep.jobs[2].dir / "train.log").write_text("")  # killed: a log, no results.json
         fake_results(sweep.jobs[3].dir)
@@ -490,7 +665,9 @@ def test_summary_names_each_failure_and_its_log(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "2 done, 0 skipped (already complete), 2 failed" in out
     assert f"failed {sweep.jobs[1].name}: DataError: bad file (log: /x/train.log)" in out
-    assert f"failed {sweep.jobs[2].name}: no results.json: killed or crashed (log: {sweep.jobs[2].dir}/train.log)" in out
+    assert (
+        f"failed {sweep.jobs[2].name}: no results.json: killed or crashed (log: {sweep.jobs[2].dir}/train.log)" in out
+    )
 
 
 TINY = tiny_overrides(None, "logger.wandb.mode=offline")
@@ -502,11 +679,25 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
     from headsweep.reports.report import write_report
 
-    args = ["--sweep", "table3_e", "--root", str(tmp_path / "multirun"), "--results", str(tmp_path / "results"),
-            "--jobs", "1", "--seeds", "1", *TINY, f"data.cache_dir={tmp_path / 'cache'}"]
+    args = [
+        "--sweep",
+        "table3_e",
+        "--root",
+        str(tmp_path / "multirun"),
+        "--results",
+        str(tmp_path / "results"),
+        "--jobs",
+        "1",
+        "--seeds",
+        "1",
+        *TINY,
+        f"data.cache_dir={tmp_path / 'cache'}",
+    ]
     assert S.main(args) == 0, capsys.readouterr()
     assert "2 done, 0 skipped (already complete), 0 failed" in capsys.readouterr().out
-    runs = {p.name: json.loads((p / "results.json").read_text()) for p in (tmp_path / "multirun" / "table3_e").glob("h*")}
+    runs = {
+        p.name: json.loads((p / "results.json").read_text()) for p in (tmp_path / "multirun" / "table3_e").glob("h*")
+    }
     assert set(runs) == {"h4-dk8-dv8-pos-sinusoidal-s1", "h4-dk8-dv8-pos-learned-s1"}
     learned = runs["h4-dk8-dv8-pos-learned-s1"]
     assert learned["status"] == "complete" and "val/bleu" in learned["metrics"]  # the specs' metric
@@ -520,7 +711,8 @@ def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     view = tmp_path / "results" / "table3_e" / "h4-dk8-dv8-pos-learned-s1"
     assert view.is_symlink() and os.readlink(view).startswith("../runs/")
     assert seen(view)["schema_version"] == 2 and seen(view)["views"] == [
-        {"sweep": "table3_e", "job": view.name, "tags": cfg["tags"]}]
+        {"sweep": "table3_e", "job": view.name, "tags": cfg["tags"]}
+    ]
 
     paths = write_report("table3_e", tmp_path / "multirun", tmp_path / "reports", n_samples=100)
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
@@ -537,11 +729,26 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path, capsys):
     second still ran after the first had failed, and each failure is recorded where the summary finds it."""
     specs = tmp_path / "specs"
     specs.mkdir()
-    (specs / "fail.yaml").write_text(yaml.safe_dump({"method": "grid", "parameters": {
-        "data.max_len": {"values": [1, 2]}}}))
+    (specs / "fail.yaml").write_text(
+        yaml.safe_dump({"method": "grid", "parameters": {"data.max_len": {"values": [1, 2]}}})
+    )
     root = tmp_path / "multirun"
-    args = ["--sweep", "fail", "--specs", str(specs), "--root", str(root), "--results", str(tmp_path / "results"),
-            "--jobs", "1", "--seeds", "1", *TINY, f"data.cache_dir={tmp_path / 'c'}"]
+    args = [
+        "--sweep",
+        "fail",
+        "--specs",
+        str(specs),
+        "--root",
+        str(root),
+        "--results",
+        str(tmp_path / "results"),
+        "--jobs",
+        "1",
+        "--seeds",
+        "1",
+        *TINY,
+        f"data.cache_dir={tmp_path / 'c'}",
+    ]
     assert S.main(args) == 1
     out = capsys.readouterr().out
     assert "0 done, 0 skipped (already complete), 2 failed" in out
@@ -562,11 +769,14 @@ def test_jobs_share_the_cores(tmp_path):
     assert P.plan("table3_e", seeds=1, root=tmp_path, jobs=1, cores=2).threads is None
 
 
-@pytest.mark.parametrize("jobs, launcher, message", [
-    (0, "basic", "JOBS=0: run between 1 and 2 jobs at once"),
-    (3, "basic", "JOBS=3: run between 1 and 2 jobs at once"),
-    (2, "submitit", "JOBS=2 runs local jobs in parallel with the joblib launcher, not submitit"),
-])
+@pytest.mark.parametrize(
+    "jobs, launcher, message",
+    [
+        (0, "basic", "JOBS=0: run between 1 and 2 jobs at once"),
+        (3, "basic", "JOBS=3: run between 1 and 2 jobs at once"),
+        (2, "submitit", "JOBS=2 runs local jobs in parallel with the joblib launcher, not submitit"),
+    ],
+)
 def test_bad_jobs_stop_before_any_job(tmp_path, jobs, launcher, message):
     with pytest.raises(S.SweepError, match=re.escape(message)):
         P.plan("table3_e", seeds=1, root=tmp_path, jobs=jobs, cores=2, launcher=launcher)
@@ -600,8 +810,11 @@ def test_results_folder_counts_as_done_and_must_match(tmp_path, capsys, no_launc
     again = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
     assert [j.done for j in again.jobs] == [True, False]
     finished_export(sweep, sweep.jobs[1], **{"trainer.max_steps": 123})
-    with pytest.raises(S.SweepError, match=r"holds a run with other settings than job h8-dk32-dv32-pos-learned-s1 "
-                                           r"\(1 differ, e.g. trainer.max_steps: 123 there, 2100 here\)"):
+    with pytest.raises(
+        S.SweepError,
+        match=r"holds a run with other settings than job h8-dk32-dv32-pos-learned-s1 "
+        r"\(1 differ, e.g. trainer.max_steps: 123 there, 2100 here\)",
+    ):
         P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
 
 
@@ -641,8 +854,10 @@ def test_local_jobs_are_the_wandb_grid(name, tmp_path):
     params = spec["parameters"]
     assert params["seed"] == {"values": [1, 2, 3]}  # the seed is a sweep parameter
     names = list(params)
-    combos = [dict(zip(names, combo)) for combo in itertools.product(
-        *[p["values"] if "values" in p else [p["value"]] for p in params.values()])]
+    combos = [
+        dict(zip(names, combo))
+        for combo in itertools.product(*[p["values"] if "values" in p else [p["value"]] for p in params.values()])
+    ]
     for combo in combos:  # an interpolated value: the number W&B's command line composes to
         interpolated = [k for k, v in combo.items() if isinstance(v, str) and "${" in v]
         if interpolated:
@@ -666,8 +881,14 @@ def test_a_run_another_sweep_already_made_is_shown_not_copied_nor_trained(tmp_pa
     (a.jobs[0].export / "metrics.csv").write_text("step,val/bleu\n1150,30.0\n")
     finished_export(a, a.jobs[1])  # h1: like no job of table3_b
     b = P.plan("table3_b", seeds=2, root=tmp_path / "mr", results=results, jobs=1)
-    assert [j.same_as and j.same_as.resolve() for j in b.jobs] == [a.jobs[0].export.resolve(), None, None, None, None,
-                                                                   None]  # seed 2: not run
+    assert [j.same_as and j.same_as.resolve() for j in b.jobs] == [
+        a.jobs[0].export.resolve(),
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]  # seed 2: not run
     other_steps = P.plan("table3_b", seeds=1, extra=["trainer.max_steps=700"], root=tmp_path / "mr", results=results)
     assert other_steps.jobs[0].same_as is None
     # heads_specialise's h8, head dropout 0 trains the same model but is analysed after training: not a copy
@@ -680,7 +901,8 @@ def test_a_run_another_sweep_already_made_is_shown_not_copied_nor_trained(tmp_pa
     view = b.jobs[0].export
     assert view.is_symlink() and os.readlink(view) == os.readlink(a.jobs[0].export)  # ../runs/<key>: one run
     assert sorted(p.name for p in (results / "runs").iterdir() if not p.name.startswith(".")) == sorted(
-        os.readlink(j.export).split("/")[-1] for j in a.jobs[:2])  # h8 and h1, each stored once
+        os.readlink(j.export).split("/")[-1] for j in a.jobs[:2]
+    )  # h8 and h1, each stored once
     copied = seen(view)
     assert copied["status"] == "complete" and copied["config"]["sweep"] == "table3_b"
     assert "row-B" in copied["config"]["tags"] and "base" in copied["config"]["tags"]
@@ -748,8 +970,10 @@ def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cp
     assert {"table3_a", "table3_b", "heads_specialise", "heads_fixed_dk_fp32", "kv_heads_init"} <= set(sweeps)
     for name in sweeps:
         on_disk = {d.name for d in (shipped / name).iterdir() if d.is_dir() and not d.name.startswith(".")}
-        grids = {json.dumps((as_seen(read_record(shipped / name / d), name, d)["config"].get("lr_select") or {}).get("grid"))
-                 for d in on_disk}
+        grids = {
+            json.dumps((as_seen(read_record(shipped / name / d), name, d)["config"].get("lr_select") or {}).get("grid"))
+            for d in on_disk
+        }
         if grids != {"null"}:  # run with LR_GRID: both phases, at the grid its runs recorded
             (grid,) = grids
             lr = LS.plan_lr(name, None, [], json.loads(grid), results=shipped, budget="ablation", root=tmp_path)
@@ -766,15 +990,21 @@ def test_planning_a_grid_sweep_without_its_grid_names_the_grid_to_pass(tmp_path,
     """Runs whose rate a grid chose differ from a plan without the grid only in module.peak_lr: the one line
     says which grid they ran with and how to pass it, not only that the settings differ."""
     shipped = SWEEPS_DIR.parent / "results"
-    with pytest.raises(S.SweepError, match=r"h16-dk32-dv32-s1 holds a run with other settings than job h16-dk32-dv32-s1 "
-                                           r"\(1 differ, e.g. module.peak_lr: 0.001 there, 0.002 here\); it ran with the "
-                                           r"learning-rate grid 0.0005,0.001,0.002: plan with that grid "
-                                           r"\(LR_GRID=0.0005,0.001,0.002, --lr-grid=0.0005,0.001,0.002\)$"):
+    with pytest.raises(
+        S.SweepError,
+        match=r"h16-dk32-dv32-s1 holds a run with other settings than job h16-dk32-dv32-s1 "
+        r"\(1 differ, e.g. module.peak_lr: 0.001 there, 0.002 here\); it ran with the "
+        r"learning-rate grid 0.0005,0.001,0.002: plan with that grid "
+        r"\(LR_GRID=0.0005,0.001,0.002, --lr-grid=0.0005,0.001,0.002\)$",
+    ):
         P.plan("heads_fixed_dk_fan_in", seeds=None, budget="ablation", root=tmp_path, results=shipped)
     results = tmp_path / "results"  # another setting differs too: the usual advice, no grid named
     sweep = P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
-    finished_export(sweep, sweep.jobs[0], **{"trainer.max_steps": 123, "module.peak_lr": 0.001,
-                                             "lr_select": {"phase": "chosen", "grid": [0.001, 0.002]}})
+    finished_export(
+        sweep,
+        sweep.jobs[0],
+        **{"trainer.max_steps": 123, "module.peak_lr": 0.001, "lr_select": {"phase": "chosen", "grid": [0.001, 0.002]}},
+    )
     with pytest.raises(S.SweepError, match=r"2 differ, .*; move it away or pass --results DIR$"):
         P.plan("table3_e", seeds=1, root=tmp_path / "mr", results=results, jobs=1)
 
@@ -793,7 +1023,9 @@ def test_a_sweep_keeps_the_precision_its_finished_jobs_ran_with(tmp_path, monkey
     b = P.plan("table3_b", seeds=1, root=tmp_path / "mr", results=results, extra=["trainer.precision=bf16-mixed"])
     assert b.jobs[0].same_as is None
     finished_export(a, a.jobs[1], **{"trainer.precision": "bf16-mixed"})  # a second precision in one sweep
-    with pytest.raises(S.SweepError, match=r"mixes trainer.precision \(h1-dk256-dv256-s1 bf16-mixed, h8-dk32-dv32-s1 32-true"):
+    with pytest.raises(
+        S.SweepError, match=r"mixes trainer.precision \(h1-dk256-dv256-s1 bf16-mixed, h8-dk32-dv32-s1 32-true"
+    ):
         P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
 
 
@@ -830,7 +1062,10 @@ def test_a_sweep_named_apart_from_its_spec_notes_the_spec_beside_its_runs(tmp_pa
     results = tmp_path / "results"
     named = P.plan("kv_heads_init", seeds=1, root=tmp_path / "mr", results=results, name_as="kv_heads_lr")
     L.note_spec(named)
-    assert json.loads((results / "kv_heads_lr" / ".sweep.json").read_text()) == {"sweep": "kv_heads_lr", "spec": "kv_heads_init"}
+    assert json.loads((results / "kv_heads_lr" / ".sweep.json").read_text()) == {
+        "sweep": "kv_heads_lr",
+        "spec": "kv_heads_init",
+    }
     own = P.plan("table3_a", seeds=1, root=tmp_path / "mr", results=results)
     L.note_spec(own)
     assert not (results / "table3_a" / ".sweep.json").exists()

@@ -12,16 +12,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from conftest import TINY_RUN, needs_data, tiny_overrides
 from headsweep.config import CONF_DIR, compose
 from headsweep.data import TranslationDataModule
 from headsweep.model import TransformerConfig
+from headsweep.training.checks import ConfigError, check_config
 from headsweep.training.module import TranslationModule
 from headsweep.training.runs import load_module
-from headsweep.training.checks import ConfigError, check_config
 from headsweep.training.schedules import lr_factor
 from headsweep.training.train import train
-
-from conftest import TINY_RUN, needs_data, tiny_overrides
 
 
 def group_options(group: str) -> list[str]:
@@ -83,8 +82,13 @@ def test_tiny_run_logs_bleu_and_params_to_wandb(tiny_run):
     out, metrics = tiny_run, json.loads((tiny_run / "results.json").read_text())["metrics"]
     (log_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     # Read the offline run back with W&B's own reader: one JSON record per line.
-    text = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--json", str(log_file)],
-                          capture_output=True, text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        [Path(sys.executable).parent / "wandb", "leet", "inspect", "--json", str(log_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     summary, config = {}, {}
     for line in text.splitlines():
         record = json.loads(line)
@@ -118,8 +122,13 @@ def test_same_seed_same_loss_curve(tmp_path):
     curves = []
     for name in ("a", "b"):
         out = tmp_path / name
-        train(compose(tiny_overrides(out, "logger.wandb.mode=disabled", "trainer.log_every_n_steps=1",
-                                     "module.test_beam_size=1")))
+        train(
+            compose(
+                tiny_overrides(
+                    out, "logger.wandb.mode=disabled", "trainer.log_every_n_steps=1", "module.test_beam_size=1"
+                )
+            )
+        )
         rows = (out / "csv" / "metrics.csv").read_text().splitlines()
         header = rows[0].split(",")
         col = header.index("train/loss")
@@ -154,26 +163,37 @@ def test_tiny_run_records_the_machine_it_trained_on(tiny_run):
     assert machine["gpu"] is None and machine["torch"] == torch.__version__
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["trainer.max_steps=400", "module.warmup_steps=500"],
-     "module.warmup_steps=500 is not shorter than trainer.max_steps=400"),
-    (["trainer.max_time='00:00:00:30'"], "trainer.max_time=00:00:00:30 is shorter than one validation"),
-    (["trainer.max_time=25min"], "write it as \"DD:HH:MM:SS\""),
-    (["trainer.max_steps=-1", "trainer.max_time=null"], "module.schedule=linear decays to zero at the end of the budget"),
-    (["module.schedule=step"], "module.schedule must be one of linear, cosine, wsd, inverse_sqrt"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["trainer.max_steps=400", "module.warmup_steps=500"],
+            "module.warmup_steps=500 is not shorter than trainer.max_steps=400",
+        ),
+        (["trainer.max_time='00:00:00:30'"], "trainer.max_time=00:00:00:30 is shorter than one validation"),
+        (["trainer.max_time=25min"], 'write it as "DD:HH:MM:SS"'),
+        (
+            ["trainer.max_steps=-1", "trainer.max_time=null"],
+            "module.schedule=linear decays to zero at the end of the budget",
+        ),
+        (["module.schedule=step"], "module.schedule must be one of linear, cosine, wsd, inverse_sqrt"),
+    ],
+)
 def test_budget_that_cannot_fit_fails_before_data(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["module.eval_every=0"], "module.eval_every=0: greedy val BLEU runs at every N-th validation; use N >= 1"),
-    (["module.schedule=wsd", "module.decay_fraction=0"], "module.decay_fraction=0 is the share of the budget wsd"),
-    (["module.label_smoothing=1.0"], "module.label_smoothing=1.0 must be in [0, 1)"),
-    (["module.label_smoothing=-0.1"], "module.label_smoothing=-0.1 must be in [0, 1)"),
-    (["data.max_len=300"], "data.max_len=300 is longer than model.max_len=256, the longest sequence the model has"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["module.eval_every=0"], "module.eval_every=0: greedy val BLEU runs at every N-th validation; use N >= 1"),
+        (["module.schedule=wsd", "module.decay_fraction=0"], "module.decay_fraction=0 is the share of the budget wsd"),
+        (["module.label_smoothing=1.0"], "module.label_smoothing=1.0 must be in [0, 1)"),
+        (["module.label_smoothing=-0.1"], "module.label_smoothing=-0.1 must be in [0, 1)"),
+        (["data.max_len=300"], "data.max_len=300 is longer than model.max_len=256, the longest sequence the model has"),
+    ],
+)
 def test_bad_module_and_length_settings_fail_before_data(overrides, message):
     with pytest.raises(ConfigError, match="^" + re.escape(message)):
         check_config(compose([*overrides, "paths.output_dir=/tmp/x"]))
@@ -185,8 +205,12 @@ def test_module_built_in_python_checks_its_settings_too():
 
 
 # Code defaults that conf does not share, and why.
-CODE_ONLY = {"data": {"hub_fallback": "None: code alone never reaches for the network; conf/data/multi30k.yaml names "
-                                      "the hub's copy of Multi30k"}}
+CODE_ONLY = {
+    "data": {
+        "hub_fallback": "None: code alone never reaches for the network; conf/data/multi30k.yaml names "
+        "the hub's copy of Multi30k"
+    }
+}
 
 
 def test_code_defaults_are_the_configs(monkeypatch):
@@ -212,7 +236,8 @@ def test_code_defaults_are_the_configs(monkeypatch):
 def test_inverse_sqrt_needs_no_budget():
     """The paper's shape never anneals, so it needs no end: accepted without a step or time limit, and its
     rate is still above zero a million steps on."""
-    cfg = compose(["trainer.max_steps=-1", "trainer.max_time=null", "module.schedule=inverse_sqrt",
-                   "paths.output_dir=/tmp/x"])
+    cfg = compose(
+        ["trainer.max_steps=-1", "trainer.max_time=null", "module.schedule=inverse_sqrt", "paths.output_dir=/tmp/x"]
+    )
     assert check_config(cfg) is None
     assert lr_factor("inverse_sqrt", 10**6, 300, progress=1.0, warmup_progress=0.0) == pytest.approx(300**0.5 / 1e3)

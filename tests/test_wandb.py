@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA, needs_data
 
+from conftest import DATA, needs_data
 from headsweep.config import compose
+from headsweep.sizes import attention_flops, comparison_config
 from headsweep.sweeps import sweep as S
 from headsweep.sweeps import sync
 from headsweep.sweeps.launch import JOB_GROUP, write_jobs
-from headsweep.sizes import attention_flops, comparison_config
 from headsweep.training.train import train
 
 
@@ -22,8 +22,13 @@ def read_offline_run(run_dir: Path) -> dict:
     """The run record, the config and the summary of the run's .wandb file, as W&B's own reader prints
     them (one JSON record per line)."""
     (log_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    text = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--json", str(log_file)],
-                          capture_output=True, text=True, check=True, timeout=120).stdout
+    text = subprocess.run(
+        [Path(sys.executable).parent / "wandb", "leet", "inspect", "--json", str(log_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     out = {"run": {}, "config": {}, "summary": {}}
     for line in text.splitlines():
         record = json.loads(line)
@@ -39,14 +44,31 @@ def read_offline_run(run_dir: Path) -> dict:
 def test_a_row_a_job_reads_back_with_resolved_sizes_its_cell_as_group_and_its_scores(tmp_path):
     """The base job of table3_a as `make sweep` writes it (its job file), at a tiny budget: d_k is null in
     the config (d_model / h) and 32 in W&B."""
-    tiny = ["experiment=smoke", f"data.dir={DATA}", f"data.cache_dir={tmp_path / 'cache'}", "data.limit_train=200",
-            "data.limit_eval=40", "data.vocab_size=300", "data.max_tokens=1024", "trainer.max_steps=10",
-            "module.warmup_steps=4", "logger.wandb.mode=offline", "model.d_model=256", "model.d_ff=256"]
+    tiny = [
+        "experiment=smoke",
+        f"data.dir={DATA}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.limit_train=200",
+        "data.limit_eval=40",
+        "data.vocab_size=300",
+        "data.max_tokens=1024",
+        "trainer.max_steps=10",
+        "module.warmup_steps=4",
+        "logger.wandb.mode=offline",
+        "model.d_model=256",
+        "model.d_ff=256",
+    ]
     sweep = S.plan("table3_a", seeds=1, extra=tiny, root=tmp_path / "multirun")
     job = sweep.jobs[0]
     write_jobs(sweep, [job])
-    cfg = compose([*sweep.common, f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]",
-                   f"+{JOB_GROUP}={job.name}", f"paths.output_dir={job.dir}"])
+    cfg = compose(
+        [
+            *sweep.common,
+            f"hydra.searchpath=[file://{(sweep.dir / '.jobs').resolve()}]",
+            f"+{JOB_GROUP}={job.name}",
+            f"paths.output_dir={job.dir}",
+        ]
+    )
     assert cfg.model.d_k is None and cfg.cell is None  # resolved by the run, not by the sweep
     metrics = train(cfg)
 
@@ -81,8 +103,10 @@ def test_attention_flops_by_hand():
 
 
 def test_comparison_config_resolves_sizes_without_touching_the_original():
-    config = {"model": {"d_model": 256, "heads": 4, "d_k": None, "d_v": 16, "n_layers": 3},
-              "module": {"model": {"d_model": 256, "heads": 4, "d_k": None, "d_v": 16, "n_layers": 3}}}
+    config = {
+        "model": {"d_model": 256, "heads": 4, "d_k": None, "d_v": 16, "n_layers": 3},
+        "module": {"model": {"d_model": 256, "heads": 4, "d_k": None, "d_v": 16, "n_layers": 3}},
+    }
     out = comparison_config(config, {"total": 10})
     assert (out["model"]["d_k"], out["model"]["d_v"], out["module"]["model"]["d_k"]) == (64, 16, 64)
     assert out["params"] == {"total": 10} and out["flops"]["context"] == 32
@@ -94,16 +118,20 @@ def test_sync_uploads_every_offline_run_of_the_sweep(tmp_path, monkeypatch, caps
     for run in ("h8-dk32-dv32-s1", "h4-dk64-dv64-s1"):
         (tmp_path / "table3_a" / run / "wandb" / f"offline-run-2026_{run}").mkdir(parents=True)
     (tmp_path / "table3_a" / "h8-dk32-dv32-s1" / "wandb" / "latest-run").symlink_to(
-        tmp_path / "table3_a" / "h8-dk32-dv32-s1" / "wandb" / "offline-run-2026_h8-dk32-dv32-s1")
+        tmp_path / "table3_a" / "h8-dk32-dv32-s1" / "wandb" / "offline-run-2026_h8-dk32-dv32-s1"
+    )
     (tmp_path / "table3_b" / "h8-dk8-dv32-s1" / "wandb" / "offline-run-x").mkdir(parents=True)  # another sweep
     monkeypatch.setenv("WANDB_MODE", "offline")
     calls = []
-    monkeypatch.setattr(sync.subprocess, "run", lambda cmd, env: calls.append((cmd, env)) or
-                        subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.setattr(
+        sync.subprocess, "run", lambda cmd, env: calls.append((cmd, env)) or subprocess.CompletedProcess(cmd, 0)
+    )
     assert sync.main(["--sweep", "table3_a", "--root", str(tmp_path)]) == 0
-    (cmd, env), = calls
-    assert cmd[1] == "sync" and [Path(p).name for p in cmd[2:]] == ["offline-run-2026_h4-dk64-dv64-s1",
-                                                                    "offline-run-2026_h8-dk32-dv32-s1"]
+    ((cmd, env),) = calls
+    assert cmd[1] == "sync" and [Path(p).name for p in cmd[2:]] == [
+        "offline-run-2026_h4-dk64-dv64-s1",
+        "offline-run-2026_h8-dk32-dv32-s1",
+    ]
     assert "WANDB_MODE" not in env
     assert sync.main(["--sweep", "table3_c", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -15,8 +15,9 @@ from headsweep import wheels as W
 def fake_wheel(folder, name, version, requires=(), tag="py3-none-any"):
     """A minimal wheel file: its name and tags in the file name, its requirements in METADATA."""
     path = folder / f"{name.replace('-', '_')}-{version}-{tag}.whl"
-    meta = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-                    *(f"Requires-Dist: {r}\n" for r in requires)])
+    meta = "".join(
+        [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)]
+    )
     with zipfile.ZipFile(path, "w") as z:
         z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta)
     return path
@@ -35,16 +36,24 @@ def folder(tmp_path):
 
 
 # A node: Python with its own CUDA build of torch and a few common packages, nothing of headsweep's.
-NODE = {"torch": Version("2.11.0+cu130"), "packaging": Version("24.0"), "pyyaml": Version("6.0.2"),
-        "tqdm": Version("4.67.0")}
+NODE = {
+    "torch": Version("2.11.0+cu130"),
+    "packaging": Version("24.0"),
+    "pyyaml": Version("6.0.2"),
+    "tqdm": Version("4.67.0"),
+}
 
 
 def test_the_node_torch_stays_and_the_rest_comes_from_the_folder(folder):
     reqs = ["torch>=2.2", "pytorch-lightning>=2.4,<3", "hydra-core>=1.3,<1.4"]
     take, missing = W.resolve(reqs, NODE, W.read_wheels(folder))
     assert missing == []
-    assert {(w.name, str(w.version)) for w in take} == {("pytorch-lightning", "2.6.0"), ("hydra-core", "1.3.2"),
-                                                       ("omegaconf", "2.3.0"), ("antlr4-python3-runtime", "4.9.3")}
+    assert {(w.name, str(w.version)) for w in take} == {
+        ("pytorch-lightning", "2.6.0"),
+        ("hydra-core", "1.3.2"),
+        ("omegaconf", "2.3.0"),
+        ("antlr4-python3-runtime", "4.9.3"),
+    }
 
 
 def test_a_folder_that_lacks_a_dependency_names_it_and_what_needs_it(folder):
@@ -59,7 +68,9 @@ def test_an_installed_package_that_satisfies_is_kept_one_that_does_not_comes_fro
     assert missing == ["PyYAML>=5.1.0 (needed by omegaconf 2.3.0)"]
 
 
-@pytest.mark.parametrize("torch, says", [(None, "no torch is installed"), (Version("2.1.0"), "torch 2.1.0 is installed")])
+@pytest.mark.parametrize(
+    "torch, says", [(None, "no torch is installed"), (Version("2.1.0"), "torch 2.1.0 is installed")]
+)
 def test_a_missing_or_old_torch_stops_in_one_line_and_is_never_taken_from_the_folder(folder, torch, says):
     node = {k: v for k, v in NODE.items() if k != "torch"} | ({"torch": torch} if torch else {})
     with pytest.raises(W.WheelError) as e:
@@ -83,8 +94,9 @@ def test_markers_for_other_pythons_are_skipped(folder):
 def test_install_on_a_node_checks_the_folder_before_pip_runs(folder, monkeypatch, capsys):
     """install() as on the node: its torch (faked here, 2.11.0+cu130) stays, the folder is checked first."""
     monkeypatch.setattr(W, "installed_versions", lambda: dict(NODE))
-    monkeypatch.setattr(W, "project_requirements", lambda dev=False: ["torch>=2.2", "hydra-core>=1.3",
-                                                                       "pytorch-lightning>=2.4"])
+    monkeypatch.setattr(
+        W, "project_requirements", lambda dev=False: ["torch>=2.2", "hydra-core>=1.3", "pytorch-lightning>=2.4"]
+    )
     monkeypatch.setattr(W.subprocess, "run", lambda *a, **k: pytest.fail("pip must not run in a dry run"))
     assert W.install(folder, dry_run=True) == 0
     out = capsys.readouterr().out
@@ -95,6 +107,9 @@ def test_install_on_a_node_checks_the_folder_before_pip_runs(folder, monkeypatch
 
 
 def test_no_folder_at_all_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(W.ROOT / "src/headsweep/wheels.py"), "install", "--wheels",
-                           str(tmp_path / "nowhere")], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(W.ROOT / "src/headsweep/wheels.py"), "install", "--wheels", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "make wheels" in done.stderr

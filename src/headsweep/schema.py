@@ -89,8 +89,9 @@ class Setting:
         if self.kind == "str":
             return self.pattern is None or re.fullmatch(self.pattern, value) is not None
         if self.kind == "list":
-            return ((self.length is None or len(value) == self.length)
-                    and all(self.item is None or self.item.type_ok(v) and self.item.in_range(v) for v in value))
+            return (self.length is None or len(value) == self.length) and all(
+                self.item is None or self.item.type_ok(v) and self.item.in_range(v) for v in value
+            )
         if self.kind == "either":
             return any(o.type_ok(value) and o.in_range(value) for o in self.options)
         return True

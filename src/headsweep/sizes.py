@@ -34,9 +34,12 @@ def attention_flops(model: dict, context: int = FLOPS_CONTEXT) -> dict:
     projections = 2 * d_model * (h * d_k + kv * (d_k + d_v)) + 2 * h * d_v * d_model
     per_context_token = 2 * h * d_k + 3 * h + 2 * h * d_v
     sublayers = 3 * model["n_layers"]
-    return {"attention_per_token": sublayers * (projections + per_context_token * context),
-            "attention_projections_per_token": sublayers * projections,
-            "attention_per_context_token": sublayers * per_context_token, "context": context}
+    return {
+        "attention_per_token": sublayers * (projections + per_context_token * context),
+        "attention_projections_per_token": sublayers * projections,
+        "attention_per_context_token": sublayers * per_context_token,
+        "context": context,
+    }
 
 
 def comparison_config(config: dict, params: dict | None = None) -> dict:

@@ -36,15 +36,23 @@ from headsweep.model.patterns import DEFAULT_PATTERNS
 from headsweep.model.transformer import FIXED_KINDS
 
 RESULTS = "results.json"
-RUNS = "runs"          # results/runs/<key>/: the store
-LOCKS = ".locks"       # results/runs/.locks/<key>.lock
-SCHEMA_VERSION = 2     # 1: no schema_version, no views, machine paths; 2: the store's record
+RUNS = "runs"  # results/runs/<key>/: the store
+LOCKS = ".locks"  # results/runs/.locks/<key>.lock
+SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the store's record
 
 # What makes two runs the same experiment (and the same outputs: the analysis after training counts);
 # paths, loggers, threads, launcher and names may differ.
 # The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ).
-EXPERIMENT_KEYS = ("model.", "module.", "data.", "trainer.max_steps", "trainer.precision", "trainer.accelerator",
-                   "average_last", "analysis")
+EXPERIMENT_KEYS = (
+    "model.",
+    "module.",
+    "data.",
+    "trainer.max_steps",
+    "trainer.precision",
+    "trainer.accelerator",
+    "average_last",
+    "analysis",
+)
 # Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")
 
@@ -61,11 +69,20 @@ class CorruptRecord(ValueError):
 
 # Settings added after runs were recorded, with the value that reproduces those runs: a saved config
 # without the key is read with it, so older reference results still compare as the same experiment.
-ADDED_SETTINGS = {"model.concrete_gates": False, "module.l0_lambda": 0.0, "module.gate_lr": 0.05,
-                  "model.kv_heads": None, "model.fixed_heads": None, "model.fixed_patterns": None,
-                  # issue 42: runs before it used xavier on every attention projection, and decayed by
-                  # the larger of the step and time shares under every budget
-                  "model.init": "xavier", "model.init_kv_gain": 1.0, "module.decay_by": "steps_or_time"}
+ADDED_SETTINGS = {
+    "model.concrete_gates": False,
+    "module.l0_lambda": 0.0,
+    "module.gate_lr": 0.05,
+    "model.kv_heads": None,
+    "model.fixed_heads": None,
+    "model.fixed_patterns": None,
+    # issue 42: runs before it used xavier on every attention projection, and decayed by
+    # the larger of the step and time shares under every budget
+    "model.init": "xavier",
+    "model.init_kv_gain": 1.0,
+    "module.decay_by": "steps_or_time",
+}
+
 
 def flatten_config(cfg: DictConfig) -> dict:
     """Leaf values by dotted key, interpolations unresolved, d_k/d_v as the model uses them, settings
@@ -82,8 +99,9 @@ def flatten_config(cfg: DictConfig) -> dict:
                 out[key] = tuple(v) if isinstance(v, list) else v
 
     walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
-    out["model.d_k"], out["model.d_v"] = head_sizes(out["model.d_model"], out["model.heads"], out["model.d_k"],
-                                                    out["model.d_v"])  # null means d_model / h
+    out["model.d_k"], out["model.d_v"] = head_sizes(
+        out["model.d_model"], out["model.heads"], out["model.d_k"], out["model.d_v"]
+    )  # null means d_model / h
     for key, value in ADDED_SETTINGS.items():
         out.setdefault(key, value)
     _heads_as_used(out)
@@ -103,12 +121,16 @@ def _heads_as_used(out: dict) -> None:
         out["model.fixed_patterns"] = DEFAULT_PATTERNS
 
 
-
 def experiment_settings(flat: dict) -> dict:
     """The experiment settings of a flattened config (flatten_config: settings added since a saved
     run was made read at their old behaviour, so an old record and a new job compare equal)."""
-    return {k: v for k, v in flat.items() if k.startswith(EXPERIMENT_KEYS)
-            and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT and not k.startswith("module.model.")}
+    return {
+        k: v
+        for k, v in flat.items()
+        if k.startswith(EXPERIMENT_KEYS)
+        and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT
+        and not k.startswith("module.model.")
+    }
 
 
 _SAVED: dict[str, dict] = {}
@@ -159,8 +181,11 @@ def settings_diff(config: dict, flat: dict, seed) -> tuple[list[str], dict, dict
     theirs = dict(saved_settings(config))
     ours = experiment_settings(flat)
     ours.setdefault("trainer.precision", theirs.get("trainer.precision"))
-    diff = [k for k in sorted(ours.keys() | theirs.keys())
-            if repr(ours.get(k)) != repr(theirs.get(k)) and not _unresolved(ours.get(k))]
+    diff = [
+        k
+        for k in sorted(ours.keys() | theirs.keys())
+        if repr(ours.get(k)) != repr(theirs.get(k)) and not _unresolved(ours.get(k))
+    ]
     if config.get("seed") != seed:
         diff.insert(0, "seed")
     return diff, theirs, ours
@@ -168,10 +193,12 @@ def settings_diff(config: dict, flat: dict, seed) -> tuple[list[str], dict, dict
 
 # -- the record -------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Record:
     """results.json. The report and planning read status, config, metrics and views; the rest (scores,
     params, hypotheses, machine, ...) stays as written, in `raw`."""
+
     status: str
     config: dict | None = None
     metrics: dict | None = None
@@ -201,8 +228,14 @@ class Record:
     @classmethod
     def from_dict(cls, d: dict, version: int | None = None) -> Record:
         raw = {k: v for k, v in d.items() if k not in ("schema_version", "status", "config", "metrics", "views")}
-        return cls(status=d.get("status"), config=d.get("config"), metrics=d.get("metrics"),
-                   views=list(d.get("views") or []), schema_version=version or d.get("schema_version") or 1, raw=raw)
+        return cls(
+            status=d.get("status"),
+            config=d.get("config"),
+            metrics=d.get("metrics"),
+            views=list(d.get("views") or []),
+            schema_version=version or d.get("schema_version") or 1,
+            raw=raw,
+        )
 
     def view(self, sweep: str, job: str) -> dict | None:
         return next((v for v in self.views if v.get("sweep") == sweep and v.get("job") == job), None)
@@ -246,6 +279,7 @@ def schema_note() -> str | None:
 
 # -- paths in a record --------------------------------------------------------------------------------------
 
+
 def strings(obj):
     """Every string in a record's nested dicts and lists."""
     if isinstance(obj, dict):
@@ -271,7 +305,7 @@ def relative_paths(obj, roots: list[str]):
     """`obj` with every string that is an absolute path under one of `roots` (a checkout the run was trained
     or exported in) made relative to it: a record names no machine's directories."""
     prefixes = [root.rstrip("/") + "/" for root in sorted(roots, key=len, reverse=True)]
-    return map_strings(obj, lambda s: next((s[len(p):] for p in prefixes if s.startswith(p)), s))
+    return map_strings(obj, lambda s: next((s[len(p) :] for p in prefixes if s.startswith(p)), s))
 
 
 def local_path(path: str | Path) -> Path:
@@ -281,6 +315,7 @@ def local_path(path: str | Path) -> Path:
 
 
 # -- the store ------------------------------------------------------------------------------------------------
+
 
 def store_dir(results: Path, key: str) -> Path:
     return Path(results) / RUNS / key
@@ -367,8 +402,10 @@ def link_view(store: Path, view: Path) -> Path:
             return view
         raise StoreError(f"{view} already names another experiment ({os.readlink(view)}); move it away first")
     if view.exists():
-        raise StoreError(f"{view} is a directory of the old layout: run `python -m headsweep.store migrate "
-                         f"--results {view.parent.parent}` first")
+        raise StoreError(
+            f"{view} is a directory of the old layout: run `python -m headsweep.store migrate "
+            f"--results {view.parent.parent}` first"
+        )
     view.parent.mkdir(parents=True, exist_ok=True)
     tmp = view.parent / f".{view.name}.link"
     tmp.unlink(missing_ok=True)
@@ -456,9 +493,16 @@ def as_seen(record: Record, sweep: str, job: str) -> dict:
     # the learning-rate selection is the view's: a sweep that shows another sweep's grid run as a plain run
     # must not see it as a grid run (the record's own lr_select belongs to its first view)
     lr = view["lr_select"] if "lr_select" in view else (results["config"].get("lr_select") if view is first else None)
-    results["config"] = {**results["config"], "sweep": view["sweep"], "tags": list(view.get("tags") or []),
-                         **({"lr_select": lr} if lr is not None or "lr_select" in results["config"] else {})}
+    results["config"] = {
+        **results["config"],
+        "sweep": view["sweep"],
+        "tags": list(view.get("tags") or []),
+        **({"lr_select": lr} if lr is not None or "lr_select" in results["config"] else {}),
+    }
     if first is not view and "shared_from" not in results:
-        results["shared_from"] = {"run": f"{first['sweep']}/{first['job']}", "sweep": first["sweep"],
-                                  "tags": first.get("tags")}
+        results["shared_from"] = {
+            "run": f"{first['sweep']}/{first['job']}",
+            "sweep": first["sweep"],
+            "tags": first.get("tags"),
+        }
     return results

@@ -23,8 +23,20 @@ import shutil
 import sys
 from pathlib import Path
 
-from headsweep.store import (RESULTS, RUNS, SCHEMA_VERSION, CorruptRecord, Record, experiment_key, link_view,
-                             read_record, relative_paths, store_dir, strings, write_record)
+from headsweep.store import (
+    RESULTS,
+    RUNS,
+    SCHEMA_VERSION,
+    CorruptRecord,
+    Record,
+    experiment_key,
+    link_view,
+    read_record,
+    relative_paths,
+    store_dir,
+    strings,
+    write_record,
+)
 
 
 class MigrationError(ValueError):
@@ -33,8 +45,9 @@ class MigrationError(ValueError):
 
 def machine_roots(raw: dict) -> list[str]:
     """The checkouts a record's absolute paths point into: what precedes /multirun/ or /results/."""
-    return sorted({s.split(marker, 1)[0] for s in absolute_paths(raw) for marker in ("/multirun/", "/results/")
-                   if marker in s})
+    return sorted(
+        {s.split(marker, 1)[0] for s in absolute_paths(raw) for marker in ("/multirun/", "/results/") if marker in s}
+    )
 
 
 def absolute_paths(obj) -> list[str]:
@@ -53,8 +66,11 @@ def migrated(record: Record, sweep: str, job: str) -> Record:
 
 def files(root: Path) -> set[str]:
     """A run directory's files, relative, its record aside."""
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != RESULTS
-            and not p.name.startswith(".")}
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and p.name != RESULTS and not p.name.startswith(".")
+    }
 
 
 def compare_copy(copy: Path, store: Path) -> tuple[list[str], list[str]]:
@@ -68,9 +84,13 @@ def compare_copy(copy: Path, store: Path) -> tuple[list[str], list[str]]:
 
 def old_runs(results: Path) -> list[Path]:
     """results/<sweep>/<job>/ directories of the old layout (real directories with a record)."""
-    return sorted(d for s in results.iterdir() if s.is_dir() and not s.is_symlink() and s.name != RUNS
-                  and not s.name.startswith(".") for d in s.iterdir()
-                  if d.is_dir() and not d.is_symlink() and not d.name.startswith(".") and (d / RESULTS).is_file())
+    return sorted(
+        d
+        for s in results.iterdir()
+        if s.is_dir() and not s.is_symlink() and s.name != RUNS and not s.name.startswith(".")
+        for d in s.iterdir()
+        if d.is_dir() and not d.is_symlink() and not d.name.startswith(".") and (d / RESULTS).is_file()
+    )
 
 
 def migrate(results: Path, out=None) -> dict:
@@ -100,8 +120,10 @@ def migrate(results: Path, out=None) -> dict:
         key = experiment_key(record.config)
         dest = store_dir(results, key)
         if dest.exists():
-            raise MigrationError(f"{d} and {dest} hold the same experiment ({key}) and neither is a copy of the "
-                                 "other: two measurements of one experiment; move one away and run again")
+            raise MigrationError(
+                f"{d} and {dest} hold the same experiment ({key}) and neither is a copy of the "
+                "other: two measurements of one experiment; move one away and run again"
+            )
         write_record(d, migrated(record, d.parent.name, d.name))
         dest.parent.mkdir(parents=True, exist_ok=True)
         d.rename(dest)
@@ -112,14 +134,25 @@ def migrate(results: Path, out=None) -> dict:
         share_copy(results, d, record, out)
         counts["copies"] += 1
     views = relink(results)
-    entries = sum(1 for p in (results / RUNS).iterdir() if not p.name.startswith(".")) if (results / RUNS).is_dir() else 0
-    left = [f"{d}: {p}" for d in sorted((results / RUNS).glob(f"*/{RESULTS}")) for p in
-            absolute_paths(read_record(d.parent).as_dict())] if entries else []
-    print(f"migrated {results}: {counts['moved']} runs moved into {results / RUNS}/, {counts['copies']} copies made "
-          f"views of the run they copy ({counts['v1']} records of schema 1 now schema {SCHEMA_VERSION}); the store "
-          f"holds {entries} experiments shown as {views} views; left in place: {counts['corrupt']} corrupt, "
-          f"{counts['incomplete']} unfinished" + ("" if counts["moved"] or counts["copies"] else " (nothing to move)"),
-          file=out)
+    entries = (
+        sum(1 for p in (results / RUNS).iterdir() if not p.name.startswith(".")) if (results / RUNS).is_dir() else 0
+    )
+    left = (
+        [
+            f"{d}: {p}"
+            for d in sorted((results / RUNS).glob(f"*/{RESULTS}"))
+            for p in absolute_paths(read_record(d.parent).as_dict())
+        ]
+        if entries
+        else []
+    )
+    print(
+        f"migrated {results}: {counts['moved']} runs moved into {results / RUNS}/, {counts['copies']} copies made "
+        f"views of the run they copy ({counts['v1']} records of schema 1 now schema {SCHEMA_VERSION}); the store "
+        f"holds {entries} experiments shown as {views} views; left in place: {counts['corrupt']} corrupt, "
+        f"{counts['incomplete']} unfinished" + ("" if counts["moved"] or counts["copies"] else " (nothing to move)"),
+        file=out,
+    )
     for line in left:
         print(f"  an absolute path is left in {line}", file=out)
     return {**counts, "entries": entries, "views": views}
@@ -142,18 +175,27 @@ def share_copy(results: Path, copy: Path, record: Record, out) -> None:
         raise MigrationError(f"{source} is not in the store yet ({store}); run the migration again")
     differ, only_copy = compare_copy(copy, store)
     if differ or not any(f.startswith("hypotheses/") for f in files(store)):
-        raise MigrationError(f"{copy} is called a copy of {source} but {len(differ)} files differ (e.g. "
-                             f"{(differ or ['its hypotheses are missing'])[0]}); hypotheses must be byte-identical: "
-                             "move it away or restore it")
+        raise MigrationError(
+            f"{copy} is called a copy of {source} but {len(differ)} files differ (e.g. "
+            f"{(differ or ['its hypotheses are missing'])[0]}); hypotheses must be byte-identical: "
+            "move it away or restore it"
+        )
     for f in only_copy:  # made on the copy later (make analyze): the same model's, so the experiment's
         (store / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(copy / f, store / f)
     if only_copy:
-        print(f"  {copy.parent.name}/{copy.name}: {len(only_copy)} files only the copy had (e.g. {only_copy[0]}) "
-              f"kept in {store}", file=out)
+        print(
+            f"  {copy.parent.name}/{copy.name}: {len(only_copy)} files only the copy had (e.g. {only_copy[0]}) "
+            f"kept in {store}",
+            file=out,
+        )
     stored = read_record(store)
-    view = {"sweep": copy.parent.name, "job": copy.name, "tags": list(record.config.get("tags") or []),
-            "lr_select": record.config.get("lr_select")}  # the copy's own selection (make sweep LR_GRID=)
+    view = {
+        "sweep": copy.parent.name,
+        "job": copy.name,
+        "tags": list(record.config.get("tags") or []),
+        "lr_select": record.config.get("lr_select"),
+    }  # the copy's own selection (make sweep LR_GRID=)
     if stored.view(copy.parent.name, copy.name) is None:
         stored.views.append(view)
         write_record(store, stored)

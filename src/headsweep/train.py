@@ -20,15 +20,15 @@ from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-from headsweep.config import compose, register_resolvers
-from headsweep.data import DataError
 from headsweep.analysis.analyze import analyze, summary
 from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.settings import AnalysisSettings
-from headsweep.training.checks import ConfigError, check_config, check_devices
-from headsweep.training.schema import SCHEMA, unknown_key
+from headsweep.config import compose, register_resolvers
+from headsweep.data import DataError
 from headsweep.store import experiment_key, train_once
+from headsweep.training.checks import ConfigError, check_config, check_devices
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
+from headsweep.training.schema import SCHEMA, unknown_key
 from headsweep.training.train import train
 
 log = logging.getLogger("headsweep.train")  # its module name even when run as __main__
@@ -46,9 +46,14 @@ def run(cfg: DictConfig) -> dict:
     view = Path(cfg.export_dir)
     key = experiment_key(OmegaConf.to_container(cfg, resolve=True))
     metrics, trained = train_once(
-        view.parent.parent, key, view, list(cfg.get("tags") or []), lambda: train_and_export(cfg, settings),
+        view.parent.parent,
+        key,
+        view,
+        list(cfg.get("tags") or []),
+        lambda: train_and_export(cfg, settings),
         whole=lambda stored: not settings or (stored / "analysis" / "analysis.json").is_file(),
-        wait_note=lambda lock: print(f"  waiting for {lock}: another sweep trains this experiment", flush=True))
+        wait_note=lambda lock: print(f"  waiting for {lock}: another sweep trains this experiment", flush=True),
+    )
     if not trained:
         print(f"  the store holds this experiment ({key}): shown as {view}, not trained again", flush=True)
     return metrics
@@ -90,10 +95,16 @@ def main(cfg: DictConfig) -> float | None:
         log.error("%s", e, exc_info=not expected)
         out_dir.mkdir(parents=True, exist_ok=True)
         if rank_zero_only.rank == 0 and not is_complete(out_dir):  # a finished run's results are never overwritten
-            write_json(out_dir / RESULTS, {
-                "status": "failed", "run_name": cfg.run_name, "sweep": cfg.sweep,
-                "error": f"{type(e).__name__}: {' '.join(str(e).split())}", "log": str(log_file),
-            })
+            write_json(
+                out_dir / RESULTS,
+                {
+                    "status": "failed",
+                    "run_name": cfg.run_name,
+                    "sweep": cfg.sweep,
+                    "error": f"{type(e).__name__}: {' '.join(str(e).split())}",
+                    "log": str(log_file),
+                },
+            )
         if hc.mode == RunMode.MULTIRUN:
             raise  # the launcher records it and goes on with the next job; sys.exit would end them all
         if not expected:

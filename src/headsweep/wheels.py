@@ -18,7 +18,6 @@ standard library and `packaging` (pip's own copy where the interpreter has no ot
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
@@ -91,8 +90,12 @@ def installed_versions() -> dict[str, Version]:
     return out
 
 
-def resolve(requirements: list[str], installed: dict[str, Version], wheels: dict[str, list[Wheel]],
-            environment: dict | None = None) -> tuple[list[Wheel], list[str]]:
+def resolve(
+    requirements: list[str],
+    installed: dict[str, Version],
+    wheels: dict[str, list[Wheel]],
+    environment: dict | None = None,
+) -> tuple[list[Wheel], list[str]]:
     """(the wheels pip will take from the folder, the requirements nothing satisfies, each with what needs
     it). An installed distribution that satisfies a requirement is kept (pip's only-if-needed); torch must
     be installed and satisfy it, whatever the folder holds."""
@@ -114,12 +117,17 @@ def resolve(requirements: list[str], installed: dict[str, Version], wheels: dict
             continue
         if name == PROVIDED:
             found = f"torch {have} is installed" if have else "no torch is installed"
-            raise WheelError(f"{parent} needs {req}, and {found} in {sys.executable}: install a CUDA build of PyTorch "
-                             f"that satisfies it first (this command never replaces the machine's torch)")
+            raise WheelError(
+                f"{parent} needs {req}, and {found} in {sys.executable}: install a CUDA build of PyTorch "
+                f"that satisfies it first (this command never replaces the machine's torch)"
+            )
         if name in take and req.specifier.contains(take[name].version, prereleases=True):
             continue
-        candidates = sorted((w for w in wheels.get(name, []) if req.specifier.contains(w.version, prereleases=True)),
-                            key=lambda w: w.version, reverse=True)
+        candidates = sorted(
+            (w for w in wheels.get(name, []) if req.specifier.contains(w.version, prereleases=True)),
+            key=lambda w: w.version,
+            reverse=True,
+        )
         if not candidates:
             missing.append(f"{req} (needed by {parent})")
             continue
@@ -130,22 +138,38 @@ def resolve(requirements: list[str], installed: dict[str, Version], wheels: dict
 
 def install(folder: Path, dev: bool = False, dry_run: bool = False) -> int:
     if not folder.is_dir():
-        raise WheelError(f"no wheel folder at {folder}: make one on a machine with internet (make wheels WHEELS={folder})")
+        raise WheelError(
+            f"no wheel folder at {folder}: make one on a machine with internet (make wheels WHEELS={folder})"
+        )
     installed = installed_versions()
     extras = "[dev]" if dev else ""
     take, missing = resolve(project_requirements(dev=dev), installed, read_wheels(folder))
     if missing:
-        raise WheelError(f"{folder} lacks {len(missing)} requirement(s) for this python ({sys.executable}): "
-                         f"{'; '.join(missing)}. Fetch them on a machine with internet: make wheels WHEELS={folder} "
-                         f"PYTHON_VERSION={sys.version_info.major}.{sys.version_info.minor}")
+        raise WheelError(
+            f"{folder} lacks {len(missing)} requirement(s) for this python ({sys.executable}): "
+            f"{'; '.join(missing)}. Fetch them on a machine with internet: make wheels WHEELS={folder} "
+            f"PYTHON_VERSION={sys.version_info.major}.{sys.version_info.minor}"
+        )
     torch = installed[PROVIDED]
     print(f"torch {torch} stays; from {folder}: " + (", ".join(f"{w.name} {w.version}" for w in take) or "nothing"))
     if dry_run:
         return 0
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
         constraints.write(f"torch=={torch}\n")
-    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(folder), "--no-build-isolation",
-           "-c", constraints.name, "-e", f"{ROOT}{extras}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(folder),
+        "--no-build-isolation",
+        "-c",
+        constraints.name,
+        "-e",
+        f"{ROOT}{extras}",
+    ]
     print("running: " + " ".join(cmd), flush=True)
     rc = subprocess.run(cmd).returncode
     after = installed_versions().get(PROVIDED)
@@ -159,20 +183,37 @@ def download(folder: Path, python_version: str, platforms: list[str], dev: bool 
     --no-deps), following each wheel's requirements; an sdist-only package is built into a wheel here."""
     folder.mkdir(parents=True, exist_ok=True)
     tags = None  # any: the wheels are for another interpreter
-    flags = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-             *[f"--platform={p}" for p in platforms]]
-    env = {"python_version": python_version, "python_full_version": f"{python_version}.0",
-           "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-           "implementation_name": "cpython", "platform_python_implementation": "CPython", "os_name": "posix"}
+    flags = [
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        *[f"--platform={p}" for p in platforms],
+    ]
+    env = {
+        "python_version": python_version,
+        "python_full_version": f"{python_version}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+    }
     while True:
         wheels = read_wheels(folder, tags=_all_tags(folder))
         _, missing = resolve(project_requirements(dev=dev), {PROVIDED: Version("999")}, wheels, env)
         if not missing:
-            print(f"{folder}: every requirement but torch, for Python {python_version} ({len(list(folder.glob('*.whl')))} wheels)")
+            print(
+                f"{folder}: every requirement but torch, for Python {python_version} ({len(list(folder.glob('*.whl')))} wheels)"
+            )
             return 0
         req = missing[0].split(" (needed by")[0]
         print(f"fetching {req}", flush=True)
-        got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", *flags, "-d", str(folder), req])
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *flags, "-d", str(folder), req]
+        )
         if got.returncode:  # no wheel on the index (e.g. antlr4-python3-runtime 4.9.3): build a pure-Python one
             built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), req])
             if built.returncode:
@@ -190,16 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, required=True, help="the wheel folder")
     parser.add_argument("--dev", action="store_true", help="also the test tools (pytest, hypothesis, playwright)")
     parser.add_argument("--dry-run", action="store_true", help="install: check the folder and say what pip would take")
-    parser.add_argument("--python-version", default=f"{sys.version_info.major}.{sys.version_info.minor}",
-                        help="download: the node's Python, e.g. 3.12")
-    parser.add_argument("--platform", action="append", default=None,
-                        help="download: pip platform tags (default: manylinux x86_64 ones)")
+    parser.add_argument(
+        "--python-version",
+        default=f"{sys.version_info.major}.{sys.version_info.minor}",
+        help="download: the node's Python, e.g. 3.12",
+    )
+    parser.add_argument(
+        "--platform", action="append", default=None, help="download: pip platform tags (default: manylinux x86_64 ones)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
             return install(args.wheels, args.dev, args.dry_run)
         platforms = args.platform or [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)] + [
-            "manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+            "manylinux2014_x86_64",
+            "manylinux1_x86_64",
+            "linux_x86_64",
+        ]
         return download(args.wheels, args.python_version, platforms, args.dev)
     except WheelError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -17,7 +17,9 @@ from headsweep.training.translate import corpus_scores
 # Decoding in the analysis stops each batch at twice its longest source: a heavily pruned model often
 # never emits EOS, and decoding it to the paper's limit (source + 50) tripled the analysis' time.
 MAX_LEN_FACTOR = 2.0
-DECODING = f"greedy, each batch stopped at {MAX_LEN_FACTOR:g} x its longest source sentence (batches group similar lengths)"
+DECODING = (
+    f"greedy, each batch stopped at {MAX_LEN_FACTOR:g} x its longest source sentence (batches group similar lengths)"
+)
 
 
 class Evaluator:
@@ -144,8 +146,15 @@ def kind_sensitivity(raw: dict, pruning: dict, grid: list[float], full_bleu: flo
     normalisation would make every kind look alike) and the BLEU lost when half of its heads are removed
     in importance order; most sensitive first (Michel et al. found encoder-decoder attention the most)."""
     half = min(range(len(grid)), key=lambda i: abs(grid[i] - 0.5))
-    rows = [{"kind": kind, "mean_raw_importance": float(raw[kind].mean()), "removed": grid[half],
-             "bleu_drop_half": full_bleu - pruning[kind]["importance"]["bleu"][half],
-             "bleu_drop_all": full_bleu - pruning[kind]["importance"]["bleu"][-1],
-             "prunable": pruning[kind]["prunable"]["importance"]} for kind in ATTENTION_KINDS]
+    rows = [
+        {
+            "kind": kind,
+            "mean_raw_importance": float(raw[kind].mean()),
+            "removed": grid[half],
+            "bleu_drop_half": full_bleu - pruning[kind]["importance"]["bleu"][half],
+            "bleu_drop_all": full_bleu - pruning[kind]["importance"]["bleu"][-1],
+            "prunable": pruning[kind]["prunable"]["importance"],
+        }
+        for kind in ATTENTION_KINDS
+    ]
     return sorted(rows, key=lambda r: (-r["bleu_drop_half"], -r["mean_raw_importance"]))

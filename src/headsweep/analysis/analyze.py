@@ -57,8 +57,13 @@ from headsweep.training.runs import RunError, load_run
 log = logging.getLogger(__name__)
 
 
-def analyze(ckpt: str | Path, settings: AnalysisSettings | None = None, *, out_dir: str | Path | None = None,
-            wandb_mode: str | None = None) -> tuple[dict, Path]:
+def analyze(
+    ckpt: str | Path,
+    settings: AnalysisSettings | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    wandb_mode: str | None = None,
+) -> tuple[dict, Path]:
     """Run every part of the analysis (settings: conf/analysis/default.yaml's unless given); returns (the
     analysis as in analysis.json, the output directory)."""
     s = settings or AnalysisSettings.defaults()
@@ -85,29 +90,54 @@ def wandb_tables(a: dict) -> dict[str, tuple[list[str], list[list]]]:
     (model.fixed_heads) or "" for a learned head, so a dashboard can tell fixed heads apart."""
     fixed = lambda kind, head: pattern_of(a.get("fixed_heads"), kind, head) or ""  # noqa: E731
     imp = a["importance"]
-    tables = {"importance_table": (
-        ["kind", "layer", "head", "fixed", "importance_raw", "importance_normalised"],
-        [[k, l, h, fixed(k, h), imp["raw"][k][l][h], imp["normalised"][k][l][h]]
-         for k in ATTENTION_KINDS for l in range(len(imp["raw"][k])) for h in range(len(imp["raw"][k][l]))])}
+    tables = {
+        "importance_table": (
+            ["kind", "layer", "head", "fixed", "importance_raw", "importance_normalised"],
+            [
+                [k, l, h, fixed(k, h), imp["raw"][k][l][h], imp["normalised"][k][l][h]]
+                for k in ATTENTION_KINDS
+                for l in range(len(imp["raw"][k]))
+                for h in range(len(imp["raw"][k][l]))
+            ],
+        )
+    }
     cols = ["kind", "layer", "head", "loss", "delta_loss", "delta_loss_se"]
-    tables["single_head"] = ([*cols[:3], "fixed", *cols[3:]],
-                             [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])]
-                              for r in a["single_head"]])
+    tables["single_head"] = (
+        [*cols[:3], "fixed", *cols[3:]],
+        [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])] for r in a["single_head"]],
+    )
     cols = ["kind", "layer", "kept_head", "bleu", "delta_bleu", "loss", "delta_loss", "delta_loss_se"]
-    tables["best_head_only"] = ([*cols[:3], "fixed", *cols[3:]],
-                                [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["kept_head"]), *(r[c] for c in cols[3:])]
-                                 for r in a["best_head_only"]])
+    tables["best_head_only"] = (
+        [*cols[:3], "fixed", *cols[3:]],
+        [
+            [*(r[c] for c in cols[:3]), fixed(r["kind"], r["kept_head"]), *(r[c] for c in cols[3:])]
+            for r in a["best_head_only"]
+        ],
+    )
     rows = []
     for pool, p in a["pruning"]["pools"].items():
         for i, f in enumerate(a["pruning"]["fractions"]):
             rnd = p["random"]
-            rows.append([pool, f, p["n_removed"][i], p["importance"]["bleu"][i], p["importance"]["loss"][i],
-                         rnd["bleu_mean"][i] if rnd["runs"] else None, rnd["bleu_sd"][i] if rnd["runs"] else None])
+            rows.append(
+                [
+                    pool,
+                    f,
+                    p["n_removed"][i],
+                    p["importance"]["bleu"][i],
+                    p["importance"]["loss"][i],
+                    rnd["bleu_mean"][i] if rnd["runs"] else None,
+                    rnd["bleu_sd"][i] if rnd["runs"] else None,
+                ]
+            )
     tables["pruning"] = (["pool", "fraction", "n_removed", "bleu", "loss", "random_bleu_mean", "random_bleu_sd"], rows)
     cols = ["kind", "layer", "head", "importance", "delta_loss", *METRICS, "role"]
-    tables["roles"] = ([*cols[:3], "fixed", *cols[3:]],
-                       [[*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])]
-                        for r in a["roles"]["heads"]])
+    tables["roles"] = (
+        [*cols[:3], "fixed", *cols[3:]],
+        [
+            [*(r[c] for c in cols[:3]), fixed(r["kind"], r["head"]), *(r[c] for c in cols[3:])]
+            for r in a["roles"]["heads"]
+        ],
+    )
     return tables
 
 
@@ -117,22 +147,42 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
 
     mode = mode or os.environ.get("WANDB_MODE") or "offline"
     wandb_cfg = results["config"].get("logger", {}).get("wandb", {}) or {}
-    run = wandb.init(project=wandb_cfg.get("project") or "headsweep", name=f"{a['run_name']}-analysis",
-                     group=wandb_cfg.get("group") or a.get("sweep"), job_type="analysis", dir=str(run_dir), mode=mode,
-                     config={"analysis": a["settings"], "split": a["split"], "model": a["model"],
-                             "checkpoint": a["checkpoint"]})
+    run = wandb.init(
+        project=wandb_cfg.get("project") or "headsweep",
+        name=f"{a['run_name']}-analysis",
+        group=wandb_cfg.get("group") or a.get("sweep"),
+        job_type="analysis",
+        dir=str(run_dir),
+        mode=mode,
+        config={"analysis": a["settings"], "split": a["split"], "model": a["model"], "checkpoint": a["checkpoint"]},
+    )
     try:
-        payload = {f"analysis/{Path(name).stem}": wandb.Image(str(out / name))
-                   for key, name in a["files"].items() if name.endswith(".png")}
+        payload = {
+            f"analysis/{Path(name).stem}": wandb.Image(str(out / name))
+            for key, name in a["files"].items()
+            if name.endswith(".png")
+        }
         for m in a["attention_maps"]:
-            payload.update({f"analysis/attention/{m['tag']}/{kind}": wandb.Image(str(out / name))
-                            for kind, name in m["files"].items()})
-        payload.update({f"analysis/{name}": wandb.Table(columns=cols, data=rows)
-                        for name, (cols, rows) in wandb_tables(a).items()})
+            payload.update(
+                {
+                    f"analysis/attention/{m['tag']}/{kind}": wandb.Image(str(out / name))
+                    for kind, name in m["files"].items()
+                }
+            )
+        payload.update(
+            {f"analysis/{name}": wandb.Table(columns=cols, data=rows) for name, (cols, rows) in wandb_tables(a).items()}
+        )
         run.log(payload)
-        run.summary.update({"analysis/bleu_full": a["full"]["bleu"], "analysis/loss_full": a["full"]["loss"],
-                            **{f"analysis/prunable/{pool}": p["prunable"]["importance"]
-                               for pool, p in a["pruning"]["pools"].items()}})
+        run.summary.update(
+            {
+                "analysis/bleu_full": a["full"]["bleu"],
+                "analysis/loss_full": a["full"]["loss"],
+                **{
+                    f"analysis/prunable/{pool}": p["prunable"]["importance"]
+                    for pool, p in a["pruning"]["pools"].items()
+                },
+            }
+        )
     finally:
         run.finish()
 
@@ -143,34 +193,69 @@ def log_to_wandb(a: dict, out: Path, run_dir: Path, results: dict, mode: str | N
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, AnalysisSettings]:
     """The command line, its defaults from conf/analysis/default.yaml; (the arguments, the settings)."""
     d = AnalysisSettings.defaults()
-    p = argparse.ArgumentParser(prog="python -m headsweep.analysis.analyze", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m headsweep.analysis.analyze",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--ckpt", required=True, help="a checkpoint file or a run directory (its checkpoints/last.ckpt)")
     p.add_argument("--split", default=d.split, help="the run's split, or another local file pair")
-    p.add_argument("--max-sentences", type=int, default=d.max_sentences,
-                   help="decode the first N sentences for each pruning step and best-head-only model (0 = all). "
-                        "At the defaults the 72-head model has 78 such models, each decoding them once (capped at "
-                        "twice the source length); importance, roles and the single-head losses always use the "
-                        "whole split")
-    p.add_argument("--random-orders", type=int, default=d.random_orders,
-                   help="random pruning orders per pool, the baseline (0 = none)")
+    p.add_argument(
+        "--max-sentences",
+        type=int,
+        default=d.max_sentences,
+        help="decode the first N sentences for each pruning step and best-head-only model (0 = all). "
+        "At the defaults the 72-head model has 78 such models, each decoding them once (capped at "
+        "twice the source length); importance, roles and the single-head losses always use the "
+        "whole split",
+    )
+    p.add_argument(
+        "--random-orders",
+        type=int,
+        default=d.random_orders,
+        help="random pruning orders per pool, the baseline (0 = none)",
+    )
     p.add_argument("--step", type=float, default=d.step, help="fraction of the pool removed per pruning step")
-    p.add_argument("--sentences", nargs="+", default=list(d.sentences),
-                   help="attention maps of these: a row index of the split (target side: its reference) "
-                        "or a source text in quotes (target side: the model's translation)")
-    p.add_argument("--pos-threshold", type=float, default=d.pos_threshold,
-                   help="positional role if the max falls on the previous / next token for at least this share")
-    p.add_argument("--rare-threshold", type=float, default=d.rare_threshold,
-                   help="rare-word role if the max falls on the least frequent token for at least this share")
-    p.add_argument("--tolerance", type=float, default=d.tolerance,
-                   help="BLEU points below the full model still counted as prunable")
+    p.add_argument(
+        "--sentences",
+        nargs="+",
+        default=list(d.sentences),
+        help="attention maps of these: a row index of the split (target side: its reference) "
+        "or a source text in quotes (target side: the model's translation)",
+    )
+    p.add_argument(
+        "--pos-threshold",
+        type=float,
+        default=d.pos_threshold,
+        help="positional role if the max falls on the previous / next token for at least this share",
+    )
+    p.add_argument(
+        "--rare-threshold",
+        type=float,
+        default=d.rare_threshold,
+        help="rare-word role if the max falls on the least frequent token for at least this share",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=d.tolerance,
+        help="BLEU points below the full model still counted as prunable",
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the random pruning orders")
-    p.add_argument("--redundancy-threshold", type=float, default=d.redundancy_threshold,
-                   help="heads whose attention averages at most this Jensen-Shannon divergence (bits) apart are "
-                        "named near-duplicates")
+    p.add_argument(
+        "--redundancy-threshold",
+        type=float,
+        default=d.redundancy_threshold,
+        help="heads whose attention averages at most this Jensen-Shannon divergence (bits) apart are "
+        "named near-duplicates",
+    )
     p.add_argument("--out", default=None, help="output directory (default: <run dir>/analysis)")
-    p.add_argument("--wandb-mode", choices=("online", "offline", "disabled"), default=None,
-                   help="W&B mode (default: $WANDB_MODE, else offline)")
+    p.add_argument(
+        "--wandb-mode",
+        choices=("online", "offline", "disabled"),
+        default=None,
+        help="W&B mode (default: $WANDB_MODE, else offline)",
+    )
     args = p.parse_args(argv)
     return args, AnalysisSettings(**{k: getattr(args, k) for k in d.as_dict()})
 

@@ -17,18 +17,21 @@ from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.markdown import table
 
 # The line under the tables' header saying what the label means (only written when a model has fixed heads).
-LEGEND = ("Heads labelled `(pattern, fixed)` attend by that fixed positional pattern (`model.fixed_heads`, "
-          "headsweep.model.patterns), not by learned queries and keys; they are measured like every other head, "
-          "so their role is theirs by construction. The heat maps hatch them, the importance-vs-confidence plot "
-          "rings them.")
+LEGEND = (
+    "Heads labelled `(pattern, fixed)` attend by that fixed positional pattern (`model.fixed_heads`, "
+    "headsweep.model.patterns), not by learned queries and keys; they are measured like every other head, "
+    "so their role is theirs by construction. The heat maps hatch them, the importance-vs-confidence plot "
+    "rings them."
+)
 
 
 def fixed_heads(net) -> dict[str, dict[str, str]]:
     """{kind: {head index: pattern}} for the attention kinds with fixed heads, e.g. {"enc_self": {"0": "cur",
     "1": "prev"}}; the same heads in every layer of a kind (TransformerConfig.fixed), so no layer index. The
     index is a string because analysis.json's keys are. Empty for a model without fixed heads."""
-    return {kind: {str(h): p for h, p in enumerate(net.cfg.fixed(kind))}
-            for kind in ATTENTION_KINDS if net.cfg.fixed(kind)}
+    return {
+        kind: {str(h): p for h, p in enumerate(net.cfg.fixed(kind))} for kind in ATTENTION_KINDS if net.cfg.fixed(kind)
+    }
 
 
 def pattern_of(fixed: dict | None, kind: str, head: int) -> str | None:
@@ -58,10 +61,18 @@ def fixed_words(fixed: dict | None, n_heads: int) -> list[str]:
     for kind, heads in (fixed or {}).items():
         n = len(heads)
         patterns = ", ".join(heads[str(h)] for h in range(n))
-        which = f"heads {span(0, n - 1)} of every layer are fixed patterns" if n > 1 else \
-            "head 0 of every layer is a fixed pattern"
-        learned = "no head is learned" if n >= n_heads else \
-            f"the learned head is {n}" if n == n_heads - 1 else f"the learned heads are {span(n, n_heads - 1)}"
+        which = (
+            f"heads {span(0, n - 1)} of every layer are fixed patterns"
+            if n > 1
+            else "head 0 of every layer is a fixed pattern"
+        )
+        learned = (
+            "no head is learned"
+            if n >= n_heads
+            else f"the learned head is {n}"
+            if n == n_heads - 1
+            else f"the learned heads are {span(n, n_heads - 1)}"
+        )
         words.append(f"{kind} {which} ({patterns}); {learned}")
     return words
 
@@ -69,9 +80,13 @@ def fixed_words(fixed: dict | None, n_heads: int) -> list[str]:
 # ----------------------------------------------------------------------------- fixed against learned heads, per cell
 
 # (key, column, format): what `fixed_vs_learned` measures on each side
-SIDE_MEASURES = (("importance_share", "share of importance", "{:.0%}"), ("distance", "mean distance (tokens)", "{:.2f}"),
-                 ("entropy", "entropy (nats)", "{:.2f}"), ("confidence", "confidence", "{:.2f}"),
-                 ("with_role", "with a role", "{:.0%}"))
+SIDE_MEASURES = (
+    ("importance_share", "share of importance", "{:.0%}"),
+    ("distance", "mean distance (tokens)", "{:.2f}"),
+    ("entropy", "entropy (nats)", "{:.2f}"),
+    ("confidence", "confidence", "{:.2f}"),
+    ("with_role", "with a role", "{:.0%}"),
+)
 
 
 def fixed_vs_learned(a: dict, kind: str) -> dict[str, dict[str, float] | None]:
@@ -91,16 +106,22 @@ def fixed_vs_learned(a: dict, kind: str) -> dict[str, dict[str, float] | None]:
     for h in heads:
         totals[h["layer"]] = totals.get(h["layer"], 0.0) + h["importance_raw"]
     out: dict[str, dict[str, float] | None] = {}
-    for side, mine in (("fixed", [h for h in heads if h["head"] in fixed]),
-                       ("learned", [h for h in heads if h["head"] not in fixed])):
+    for side, mine in (
+        ("fixed", [h for h in heads if h["head"] in fixed]),
+        ("learned", [h for h in heads if h["head"] not in fixed]),
+    ):
         if not mine:
             out[side] = None
             continue
-        shares = [sum(h["importance_raw"] for h in mine if h["layer"] == layer) / total if total > 0 else math.nan
-                  for layer, total in totals.items()]
-        out[side] = {"importance_share": statistics.fmean(shares),
-                     **{m: _mean([h[m] for h in mine]) for m in ("distance", "entropy", "confidence")},
-                     "with_role": statistics.fmean(h["role"] != "-" for h in mine)}
+        shares = [
+            sum(h["importance_raw"] for h in mine if h["layer"] == layer) / total if total > 0 else math.nan
+            for layer, total in totals.items()
+        ]
+        out[side] = {
+            "importance_share": statistics.fmean(shares),
+            **{m: _mean([h[m] for h in mine]) for m in ("distance", "entropy", "confidence")},
+            "with_role": statistics.fmean(h["role"] != "-" for h in mine),
+        }
     return out
 
 
@@ -112,9 +133,12 @@ def _mean(values: list) -> float:
 def _over_seeds(runs: list[dict], kind: str) -> dict[str, dict[str, list[float]] | None]:
     """{side: {measure: the runs' values, nan left out}}, None for a side no run has."""
     per_run = [fixed_vs_learned(a, kind) for a in runs]
-    return {side: None if any(r[side] is None for r in per_run) else
-            {key: [v for v in (r[side][key] for r in per_run) if not math.isnan(v)] for key, *_ in SIDE_MEASURES}
-            for side in ("fixed", "learned")}
+    return {
+        side: None
+        if any(r[side] is None for r in per_run)
+        else {key: [v for v in (r[side][key] for r in per_run) if not math.isnan(v)] for key, *_ in SIDE_MEASURES}
+        for side in ("fixed", "learned")
+    }
 
 
 def _text(values: list[float], fmt: str, sd: bool = True) -> str:
@@ -142,32 +166,62 @@ def fixed_vs_learned_lines(groups: dict[str, list[dict]], base_name: str | None)
             n_fixed = len((runs[0].get("fixed_heads") or {}).get(kind, {}))
             for side, n in (("fixed", n_fixed), ("learned", n_heads - n_fixed)):
                 if sides[side] is not None:
-                    rows.append([name, KIND_NAMES[kind], side, f"{n} of {n_heads}", len(runs),
-                                 *[_text(sides[side][key], fmt) for key, _, fmt in SIDE_MEASURES]])
-            words.append(_side_words(KIND_NAMES[kind], name, len(runs), n_fixed, n_heads, sides,
-                                     None if name == base_name or base is None else (base_name, base)))
+                    rows.append(
+                        [
+                            name,
+                            KIND_NAMES[kind],
+                            side,
+                            f"{n} of {n_heads}",
+                            len(runs),
+                            *[_text(sides[side][key], fmt) for key, _, fmt in SIDE_MEASURES],
+                        ]
+                    )
+            words.append(
+                _side_words(
+                    KIND_NAMES[kind],
+                    name,
+                    len(runs),
+                    n_fixed,
+                    n_heads,
+                    sides,
+                    None if name == base_name or base is None else (base_name, base),
+                )
+            )
     header = ["cell", "attention", "heads", "per layer", "runs", *[col for _, col, _ in SIDE_MEASURES]]
-    return ["**Fixed and learned heads.** Per cell and attention kind with fixed heads, the fixed and the learned "
-            "heads apart: their share of the importance (per layer, the heads' summed importance over the "
-            "layer's, averaged over layers), the mean attention distance, entropy and confidence over their heads "
-            "of every layer, and the share of them with a role (positional or rare; a fixed positional head has "
-            "one by construction). Mean ± sd over seeds; a cell without fixed heads shows all its heads as "
-            "learned.", "", *table(header, rows), "", *[f"- {w}" for w in words], ""]
+    return [
+        "**Fixed and learned heads.** Per cell and attention kind with fixed heads, the fixed and the learned "
+        "heads apart: their share of the importance (per layer, the heads' summed importance over the "
+        "layer's, averaged over layers), the mean attention distance, entropy and confidence over their heads "
+        "of every layer, and the share of them with a role (positional or rare; a fixed positional head has "
+        "one by construction). Mean ± sd over seeds; a cell without fixed heads shows all its heads as "
+        "learned.",
+        "",
+        *table(header, rows),
+        "",
+        *[f"- {w}" for w in words],
+        "",
+    ]
 
 
-def _side_words(kind: str, name: str, n_runs: int, n_fixed: int, n_heads: int, sides: dict,
-                base: tuple[str, dict] | None) -> str:
+def _side_words(
+    kind: str, name: str, n_runs: int, n_fixed: int, n_heads: int, sides: dict, base: tuple[str, dict] | None
+) -> str:
     """One sentence: what the fixed heads carry, what the learned ones do, and the base's heads beside them."""
+
     def what(side: dict) -> str:
         mean = {key: _text(side[key], fmt, sd=False) for key, _, fmt in SIDE_MEASURES}
-        return (f"mean distance {mean['distance']} tokens, entropy {mean['entropy']} nats, confidence "
-                f"{mean['confidence']}, {mean['with_role']} with a role")
+        return (
+            f"mean distance {mean['distance']} tokens, entropy {mean['entropy']} nats, confidence "
+            f"{mean['confidence']}, {mean['with_role']} with a role"
+        )
 
     head = f"{kind}, {n_fixed} fixed of {n_heads} ({name}, n = {n_runs})"
     if sides["fixed"] is None:
         return f"{head}: its heads attend at {what(sides['learned'])}."
-    said = (f"{head}: the fixed heads carry {_text(sides['fixed']['importance_share'], '{:.0%}', False)} of the "
-            f"importance ({n_fixed / n_heads:.0%} of the heads)")
+    said = (
+        f"{head}: the fixed heads carry {_text(sides['fixed']['importance_share'], '{:.0%}', False)} of the "
+        f"importance ({n_fixed / n_heads:.0%} of the heads)"
+    )
     if sides["learned"] is None:
         return said + "; no head is learned."
     said += f"; the learned heads attend at {what(sides['learned'])}"

@@ -14,7 +14,7 @@ of different layers (the global pruning order uses the normalised scores).
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +25,11 @@ from headsweep.model import ATTENTION_KINDS, Transformer, attention_switches
 Head = tuple[str, int, int]  # (attention kind, layer, head)
 POOLS = ("all", *ATTENTION_KINDS)  # pruning within each kind, and over all heads together
 NORMALISATION = "each layer's importance scores divided by their l2 norm (Michel et al. 2019)"
-KIND_NAMES = {"enc_self": "encoder self-attention", "dec_self": "decoder self-attention",
-              "cross": "encoder-decoder attention"}
+KIND_NAMES = {
+    "enc_self": "encoder self-attention",
+    "dec_self": "decoder self-attention",
+    "cross": "encoder-decoder attention",
+}
 
 
 class AnalysisError(ValueError):
@@ -34,8 +37,9 @@ class AnalysisError(ValueError):
 
 
 def all_heads(net: Transformer, kinds: Iterable[str] = ATTENTION_KINDS) -> list[Head]:
-    return [(kind, layer, h) for kind in kinds
-            for layer, m in enumerate(net.attention_layers(kind)) for h in range(m.heads)]
+    return [
+        (kind, layer, h) for kind in kinds for layer, m in enumerate(net.attention_layers(kind)) for h in range(m.heads)
+    ]
 
 
 def gated(net: Transformer, pruned: Iterable[Head]):
@@ -46,9 +50,17 @@ def gated(net: Transformer, pruned: Iterable[Head]):
     """
     pruned = set(pruned)
     weight = net.output_weight
-    gates = {kind: [torch.tensor([0.0 if (kind, layer, h) in pruned else 1.0 for h in range(m.heads)],
-                                 dtype=weight.dtype, device=weight.device)
-                    for layer, m in enumerate(net.attention_layers(kind))] for kind in ATTENTION_KINDS}
+    gates = {
+        kind: [
+            torch.tensor(
+                [0.0 if (kind, layer, h) in pruned else 1.0 for h in range(m.heads)],
+                dtype=weight.dtype,
+                device=weight.device,
+            )
+            for layer, m in enumerate(net.attention_layers(kind))
+        ]
+        for kind in ATTENTION_KINDS
+    }
     return attention_switches(net, gates)
 
 
@@ -73,8 +85,13 @@ def gate_gradients(net: Transformer, batch: dict, pad_id: int) -> dict[str, Tens
     """
     B = batch["src"].size(0)
     weight = net.output_weight
-    gates = {kind: [torch.ones(B, m.heads, dtype=weight.dtype, device=weight.device, requires_grad=True)
-                    for m in net.attention_layers(kind)] for kind in ATTENTION_KINDS}
+    gates = {
+        kind: [
+            torch.ones(B, m.heads, dtype=weight.dtype, device=weight.device, requires_grad=True)
+            for m in net.attention_layers(kind)
+        ]
+        for kind in ATTENTION_KINDS
+    }
     with attention_switches(net, gates), torch.enable_grad():
         total = sentence_losses(net, batch, pad_id).sum()
         grads = torch.autograd.grad(total, [g for kind in ATTENTION_KINDS for g in gates[kind]])
@@ -106,8 +123,9 @@ def normalise_per_layer(scores: dict[str, Tensor]) -> dict[str, Tensor]:
 
 def pruning_order(scores: dict[str, Tensor], kinds: Iterable[str] = ATTENTION_KINDS) -> list[Head]:
     """The heads of `kinds`, least important first (ties in (kind, layer, head) order)."""
-    heads = [(kind, layer, h) for kind in kinds for layer in range(scores[kind].size(0))
-             for h in range(scores[kind].size(1))]
+    heads = [
+        (kind, layer, h) for kind in kinds for layer in range(scores[kind].size(0)) for h in range(scores[kind].size(1))
+    ]
     return sorted(heads, key=lambda head: float(scores[head[0]][head[1], head[2]]))
 
 

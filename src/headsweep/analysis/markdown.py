@@ -3,7 +3,6 @@ across a sweep's analysed runs is reports/compare.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -23,8 +22,15 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 def markdown(a: dict) -> str:
     """analysis.md: every part of the analysis, in words, tables and the plots' file names."""
-    parts = (_importance_md, _ablation_md, _pruning_md, _roles_md, _if_present("layer_roles", _layers_md),
-             _if_present("redundancy", _redundancy_md), _maps_md)
+    parts = (
+        _importance_md,
+        _ablation_md,
+        _pruning_md,
+        _roles_md,
+        _if_present("layer_roles", _layers_md),
+        _if_present("redundancy", _redundancy_md),
+        _maps_md,
+    )
     return "\n".join(line for part in parts for line in part(a))
 
 
@@ -41,9 +47,11 @@ def _importance_md(a: dict) -> list[str]:
     n_layers = len(imp["enc_self"])
     n_heads = len(imp["enc_self"][0])
     lines = [
-        f"# Do heads specialise? `{a['run_name']}`", "",
+        f"# Do heads specialise? `{a['run_name']}`",
+        "",
         f"Checkpoint `{a['checkpoint']}`, split `{a['split']}`. Model: {n_layers} + {n_layers} layers, "
-        f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.", "",
+        f"{n_heads} heads, head_dropout {a['model']['head_dropout']}.",
+        "",
         *[line for w in fixed_words(a.get("fixed_heads"), n_heads) for line in (f"**Fixed heads**: {w}.", "")],
         *([LEGEND, ""] if a.get("fixed_heads") else []),
         f"Full model on the first {s['sentences_decoded']} sentences ({s.get('decoding', 'greedy')}): "
@@ -53,14 +61,19 @@ def _importance_md(a: dict) -> list[str]:
         f"single-head losses use all {s['sentences_importance']} sentences of the split. "
         f"Cost: {a['cost']['decodes']} decodes, {a['cost']['seconds_per_decode']} s each; "
         f"{a['cost'].get('loss_passes', 0)} loss passes, {a['cost'].get('loss_seconds', 0)} s in all; "
-        f"{a['cost']['total_seconds'] / 60:.1f} min in all.", "",
-        "## Head importance (Michel et al. 2019)", "",
+        f"{a['cost']['total_seconds'] / 60:.1f} min in all.",
+        "",
+        "## Head importance (Michel et al. 2019)",
+        "",
         f"I_h = E_x |∂L(x)/∂ξ_h| at ξ = 1, L(x) the sentence's summed token NLL. **Normalised: {NORMALISATION}**, "
-        "so each row below has unit l2 norm; the pruning order over all heads uses these normalised scores.", "",
-        f"![importance]({a['files']['importance']})", "",
+        "so each row below has unit l2 norm; the pruning order over all heads uses these normalised scores.",
+        "",
+        f"![importance]({a['files']['importance']})",
+        "",
     ]
-    return lines + _kind_tables(n_heads, lambda kind: [[f"{v:.2f}" for v in row] for row in imp[kind]],
-                                a.get("fixed_heads"))
+    return lines + _kind_tables(
+        n_heads, lambda kind: [[f"{v:.2f}" for v in row] for row in imp[kind]], a.get("fixed_heads")
+    )
 
 
 def _kind_tables(n_heads: int, cells_of, fixed: dict | None = None) -> list[str]:
@@ -69,8 +82,11 @@ def _kind_tables(n_heads: int, cells_of, fixed: dict | None = None) -> list[str]
     lines = []
     for kind in ATTENTION_KINDS:
         header = ["layer"] + [head_label(fixed, kind, h, prefix="h") for h in range(n_heads)]
-        lines += [f"**{KIND_NAMES[kind]}**", "", *_table(header,
-                                                        [[l, *cells] for l, cells in enumerate(cells_of(kind))])]
+        lines += [
+            f"**{KIND_NAMES[kind]}**",
+            "",
+            *_table(header, [[l, *cells] for l, cells in enumerate(cells_of(kind))]),
+        ]
     return lines
 
 
@@ -82,25 +98,49 @@ def _ablation_md(a: dict) -> list[str]:
     n_heads = len(imp["enc_self"][0])
     single = {(r["kind"], r["layer"], r["head"]): r for r in a["single_head"]}
     lines = [
-        "## Removing one head (Michel et al., Table 1)", "",
+        "## Removing one head (Michel et al., Table 1)",
+        "",
         "Change of the teacher-forced loss (nats per target token, over every sentence of the split) when only "
         f"that head is removed, ± its standard error over sentences (paired); full model {_f(full.get('split_loss'), '{:.3f}')}. "
-        "Loss, not BLEU: one head moves BLEU on a few hundred decoded sentences by less than its noise.", "",
-        f"![ablation]({a['files']['ablation']})", "",
+        "Loss, not BLEU: one head moves BLEU on a few hundred decoded sentences by less than its noise.",
+        "",
+        f"![ablation]({a['files']['ablation']})",
+        "",
     ]
-    lines += _kind_tables(n_heads, lambda kind: [
-        [f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}" for h in range(n_heads)]
-        for l in range(n_layers)], a.get("fixed_heads"))
+    lines += _kind_tables(
+        n_heads,
+        lambda kind: [
+            [
+                f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}"
+                for h in range(n_heads)
+            ]
+            for l in range(n_layers)
+        ],
+        a.get("fixed_heads"),
+    )
     lines += [
-        "## Keeping only the most important head of a layer (Michel et al., Table 2)", "",
+        "## Keeping only the most important head of a layer (Michel et al., Table 2)",
+        "",
         "All heads of one layer removed except the one with the highest importance (Michel tried every head "
         "and kept the best by BLEU; we take the importance ranking, one decode per layer). BLEU on the decoded "
-        "sentences, loss over the whole split.", "",
+        "sentences, loss over the whole split.",
+        "",
     ]
-    lines += _table(["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss ± se"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], head_label(a.get("fixed_heads"), r["kind"], r["kept_head"]),
-                      f"{r['bleu']:.2f}", f"{r['delta_bleu']:+.2f}",
-                      f"{r['loss']:.3f}", f"{r['delta_loss']:+.3f} ± {r['delta_loss_se']:.3f}"] for r in a["best_head_only"]])
+    lines += _table(
+        ["attention", "layer", "kept head", "BLEU", "ΔBLEU", "loss", "Δloss ± se"],
+        [
+            [
+                KIND_NAMES[r["kind"]],
+                r["layer"],
+                head_label(a.get("fixed_heads"), r["kind"], r["kept_head"]),
+                f"{r['bleu']:.2f}",
+                f"{r['delta_bleu']:+.2f}",
+                f"{r['loss']:.3f}",
+                f"{r['delta_loss']:+.3f} ± {r['delta_loss_se']:.3f}",
+            ]
+            for r in a["best_head_only"]
+        ],
+    )
     return lines
 
 
@@ -112,17 +152,29 @@ def _pruning_md(a: dict) -> list[str]:
     pools = a["pruning"]["pools"]
     n_random = s["random_orders"]
     lines = [
-        "## Pruning curves", "",
+        "## Pruning curves",
+        "",
         f"Heads removed in order of increasing (normalised) importance, {s['step']:.0%} of the pool per step, "
         f"within each attention kind and over all heads together; dashed: {n_random} random orders "
         f"(mean ± sd). Prunable: the largest fraction removed before BLEU first falls more than "
-        f"{s['tolerance']:g} below the full model's {full['bleu']:.2f}.", "",
-        f"![pruning]({a['files']['pruning']})", "",
+        f"{s['tolerance']:g} below the full model's {full['bleu']:.2f}.",
+        "",
+        f"![pruning]({a['files']['pruning']})",
+        "",
     ]
     pool_name = {"all": "all heads", **KIND_NAMES}
-    lines += _table(["pool", "heads", "prunable (importance)", "prunable (random mean)"],
-                    [[pool_name[p], pools[p]["n_heads"], f"{pools[p]['prunable']['importance']:.0%}",
-                      _f(pools[p]["prunable"]["random_mean"], "{:.0%}")] for p in POOLS])
+    lines += _table(
+        ["pool", "heads", "prunable (importance)", "prunable (random mean)"],
+        [
+            [
+                pool_name[p],
+                pools[p]["n_heads"],
+                f"{pools[p]['prunable']['importance']:.0%}",
+                _f(pools[p]["prunable"]["random_mean"], "{:.0%}"),
+            ]
+            for p in POOLS
+        ],
+    )
     header = ["removed"] + [f"{pool_name[p]}: importance / random" for p in POOLS]
     rows = []
     for i, f in enumerate(grid):
@@ -133,12 +185,30 @@ def _pruning_md(a: dict) -> list[str]:
             row.append(f"{pools[p]['importance']['bleu'][i]:.2f}{r}")
         rows.append(row)
     lines += ["BLEU at each step:", ""] + _table(header, rows)
-    lines += ["**Which attention kind matters most** (most sensitive first: BLEU lost with half of the kind's "
-              "heads removed in importance order; mean raw importance E|∂L/∂ξ| before normalisation):", ""]
-    lines += _table(["attention", "mean raw importance", f"ΔBLEU, {a['kinds'][0]['removed']:.0%} removed",
-                     "ΔBLEU, all removed", "prunable"],
-                    [[KIND_NAMES[r["kind"]], f"{r['mean_raw_importance']:.3f}", f"{-r['bleu_drop_half']:+.2f}",
-                      f"{-r['bleu_drop_all']:+.2f}", f"{r['prunable']:.0%}"] for r in a["kinds"]])
+    lines += [
+        "**Which attention kind matters most** (most sensitive first: BLEU lost with half of the kind's "
+        "heads removed in importance order; mean raw importance E|∂L/∂ξ| before normalisation):",
+        "",
+    ]
+    lines += _table(
+        [
+            "attention",
+            "mean raw importance",
+            f"ΔBLEU, {a['kinds'][0]['removed']:.0%} removed",
+            "ΔBLEU, all removed",
+            "prunable",
+        ],
+        [
+            [
+                KIND_NAMES[r["kind"]],
+                f"{r['mean_raw_importance']:.3f}",
+                f"{-r['bleu_drop_half']:+.2f}",
+                f"{-r['bleu_drop_all']:+.2f}",
+                f"{r['prunable']:.0%}",
+            ]
+            for r in a["kinds"]
+        ],
+    )
     return lines
 
 
@@ -146,28 +216,57 @@ def _roles_md(a: dict) -> list[str]:
     """Role metrics and labels per head (Voita et al. 2019)."""
     s = a["settings"]
     lines = [
-        "## Head roles (Voita et al. 2019)", "",
+        "## Head roles (Voita et al. 2019)",
+        "",
         "Per head, over every query token of the split (teacher-forced on the references): confidence = mean "
         "of the maximum attention weight; entropy of the attention distribution (nats); prev / next = share of "
         "tokens whose maximum falls on the previous / next token (self-attention, over the tokens that have one); "
         "rare = share whose maximum falls on the sentence's least frequent source token (by training-split "
         "frequency; encoder self-attention and cross-attention). "
         f"Role thresholds: positional if prev or next ≥ {s['pos_threshold']:.0%}, rare words if rare ≥ "
-        f"{s['rare_threshold']:.0%} (`--pos-threshold`, `--rare-threshold`); '–' = none.", "",
-        "Counts: " + ", ".join(f"{k}: {v}" for k, v in a["roles"]["counts"].items()), "",
-        f"![importance vs confidence]({a['files']['importance_vs_confidence']})", "",
+        f"{s['rare_threshold']:.0%} (`--pos-threshold`, `--rare-threshold`); '–' = none.",
+        "",
+        "Counts: " + ", ".join(f"{k}: {v}" for k, v in a["roles"]["counts"].items()),
+        "",
+        f"![importance vs confidence]({a['files']['importance_vs_confidence']})",
+        "",
     ]
-    lines += _table(["attention", "layer", "head", "importance", "Δloss alone", "confidence", "entropy",
-                     "prev", "next", "rare", "role"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], head_label(a.get("fixed_heads"), r["kind"], r["head"]),
-                      f"{r['importance']:.2f}", f"{r['delta_loss']:+.3f}",
-                      _f(r["confidence"]), _f(r["entropy"]), _f(r["prev"], "{:.0%}"), _f(r["next"], "{:.0%}"),
-                      _f(r["rare"], "{:.0%}"), r["role"]] for r in a["roles"]["heads"]])
+    lines += _table(
+        [
+            "attention",
+            "layer",
+            "head",
+            "importance",
+            "Δloss alone",
+            "confidence",
+            "entropy",
+            "prev",
+            "next",
+            "rare",
+            "role",
+        ],
+        [
+            [
+                KIND_NAMES[r["kind"]],
+                r["layer"],
+                head_label(a.get("fixed_heads"), r["kind"], r["head"]),
+                f"{r['importance']:.2f}",
+                f"{r['delta_loss']:+.3f}",
+                _f(r["confidence"]),
+                _f(r["entropy"]),
+                _f(r["prev"], "{:.0%}"),
+                _f(r["next"], "{:.0%}"),
+                _f(r["rare"], "{:.0%}"),
+                r["role"],
+            ]
+            for r in a["roles"]["heads"]
+        ],
+    )
     return lines
 
 
 def locality_words(layers: list[dict]) -> list[str]:
-    """"Early layers local, later ones longer-range": attention distance from the first to the last layer."""
+    """ "Early layers local, later ones longer-range": attention distance from the first to the last layer."""
     words = []
     for kind in ("enc_self", "dec_self"):
         rows = [r for r in layers if r["kind"] == kind and r["distance"] is not None]
@@ -175,39 +274,84 @@ def locality_words(layers: list[dict]) -> list[str]:
             continue
         first, last = rows[0]["distance"], rows[-1]["distance"]
         trend = "grows" if last > first * 1.1 else "shrinks" if last < first / 1.1 else "stays about the same"
-        words.append(f"{KIND_NAMES[kind]}: mean attention distance {trend} from layer 0 to layer {rows[-1]['layer']} "
-                     f"({first:.2f} → {last:.2f} tokens; entropy {rows[0]['entropy']:.2f} → {rows[-1]['entropy']:.2f} nats)")
+        words.append(
+            f"{KIND_NAMES[kind]}: mean attention distance {trend} from layer 0 to layer {rows[-1]['layer']} "
+            f"({first:.2f} → {last:.2f} tokens; entropy {rows[0]['entropy']:.2f} → {rows[-1]['entropy']:.2f} nats)"
+        )
     return words
 
 
 def _layers_md(a: dict, layers: list[dict]) -> list[str]:
     """Per layer: the share of heads with each role, mean entropy and distance."""
-    lines = ["## Roles by layer", "",
-             "Share of each layer's heads with a role (thresholds above), and its heads' mean entropy (nats), attention "
-             "distance (Σ_j a_j |j − i| in tokens; self-attention only) and confidence. Is the usual picture, early "
-             "layers local and later layers longer-range, true here?", ""]
+    lines = [
+        "## Roles by layer",
+        "",
+        "Share of each layer's heads with a role (thresholds above), and its heads' mean entropy (nats), attention "
+        "distance (Σ_j a_j |j − i| in tokens; self-attention only) and confidence. Is the usual picture, early "
+        "layers local and later layers longer-range, true here?",
+        "",
+    ]
     lines += [f"- {w}" for w in locality_words(layers)] + [""]
-    lines += _table(["attention", "layer", "heads", "positional", "rare words", "no clear role", "entropy",
-                     "distance", "confidence"],
-                    [[KIND_NAMES[r["kind"]], r["layer"], r["heads"], f"{r['positional']:.0%}", f"{r['rare']:.0%}",
-                      f"{r['none']:.0%}", _f(r["entropy"]), _f(r["distance"]), _f(r["confidence"])] for r in layers])
+    lines += _table(
+        [
+            "attention",
+            "layer",
+            "heads",
+            "positional",
+            "rare words",
+            "no clear role",
+            "entropy",
+            "distance",
+            "confidence",
+        ],
+        [
+            [
+                KIND_NAMES[r["kind"]],
+                r["layer"],
+                r["heads"],
+                f"{r['positional']:.0%}",
+                f"{r['rare']:.0%}",
+                f"{r['none']:.0%}",
+                _f(r["entropy"]),
+                _f(r["distance"]),
+                _f(r["confidence"]),
+            ]
+            for r in layers
+        ],
+    )
     return lines
 
 
 def _redundancy_md(a: dict, red: dict) -> list[str]:
     """Near-duplicate heads (Jensen-Shannon divergence) and whether redundancy predicts cheap pruning."""
-    lines = ["## Redundant heads (Clark et al. 2019)", "",
-             "Jensen-Shannon divergence between two heads' attention distributions (bits, 0 = identical, 1 = disjoint), "
-             f"averaged over the query tokens of the decoded sentences; heads clustered by average linkage, groups "
-             f"at most {red['threshold_bits']:g} bits apart named (`--redundancy-threshold`). ρ: Spearman correlation "
-             "between a head's JS to its nearest twin and the loss increase when it alone is removed (ρ > 0: heads with a "
-             "near twin cost less to remove).", "", f"![redundancy]({a['files']['redundancy']})", ""]
+    lines = [
+        "## Redundant heads (Clark et al. 2019)",
+        "",
+        "Jensen-Shannon divergence between two heads' attention distributions (bits, 0 = identical, 1 = disjoint), "
+        f"averaged over the query tokens of the decoded sentences; heads clustered by average linkage, groups "
+        f"at most {red['threshold_bits']:g} bits apart named (`--redundancy-threshold`). ρ: Spearman correlation "
+        "between a head's JS to its nearest twin and the loss increase when it alone is removed (ρ > 0: heads with a "
+        "near twin cost less to remove).",
+        "",
+        f"![redundancy]({a['files']['redundancy']})",
+        "",
+    ]
     rows = []
     for kind, k in red["kinds"].items():
         c = k["twin_vs_loss_increase"]
-        rows.append([KIND_NAMES[kind], f"{k['mean_js_bits']:.2f}", len(k["groups"]),
-                     _groups(a, kind, k["groups"]) or "–", f"{c['spearman_rho']:+.2f}", _f(c["p"], "{:.3f}")])
-    return lines + _table(["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs loss increase", "p"], rows)
+        rows.append(
+            [
+                KIND_NAMES[kind],
+                f"{k['mean_js_bits']:.2f}",
+                len(k["groups"]),
+                _groups(a, kind, k["groups"]) or "–",
+                f"{c['spearman_rho']:+.2f}",
+                _f(c["p"], "{:.3f}"),
+            ]
+        )
+    return lines + _table(
+        ["attention", "mean JS", "groups", "near-duplicate heads", "ρ twin vs loss increase", "p"], rows
+    )
 
 
 def _groups(a: dict, kind: str, groups: list[list[str]]) -> str:
@@ -243,26 +387,39 @@ def summary(a: dict, out: Path) -> str:
     for kind in ATTENTION_KINDS:
         rows = [r for r in roles if r["kind"] == kind]
         hi, lo = max(rows, key=lambda r: r["importance"]), min(rows, key=lambda r: r["importance"])
-        lines.append(f"    {KIND_NAMES[kind]:<26} L{hi['layer']}H{hi['head']} {hi['importance']:.2f} / "
-                     f"L{lo['layer']}H{lo['head']} {lo['importance']:.2f}")
+        lines.append(
+            f"    {KIND_NAMES[kind]:<26} L{hi['layer']}H{hi['head']} {hi['importance']:.2f} / "
+            f"L{lo['layer']}H{lo['head']} {lo['importance']:.2f}"
+        )
     lines += [
-        "  removing one head (loss change over the split, nats/token): worst " + ", ".join(fmt(r) for r in single[:3])
-        + "; least " + ", ".join(fmt(r) for r in single[-2:]),
+        "  removing one head (loss change over the split, nats/token): worst "
+        + ", ".join(fmt(r) for r in single[:3])
+        + "; least "
+        + ", ".join(fmt(r) for r in single[-2:]),
         f"  prunable within {s['tolerance']:g} BLEU (importance order / random mean):",
     ]
     for pool in POOLS:
         p = pools[pool]["prunable"]
-        lines.append(f"    {'all heads' if pool == 'all' else KIND_NAMES[pool]:<26} {p['importance']:.0%} / "
-                     f"{_f(p['random_mean'], '{:.0%}')} of {pools[pool]['n_heads']}")
-    lines.append("  most sensitive kind: " + ", ".join(
-        f"{KIND_NAMES[r['kind']]} {-r['bleu_drop_half']:+.2f} BLEU at {r['removed']:.0%} removed" for r in a["kinds"]))
+        lines.append(
+            f"    {'all heads' if pool == 'all' else KIND_NAMES[pool]:<26} {p['importance']:.0%} / "
+            f"{_f(p['random_mean'], '{:.0%}')} of {pools[pool]['n_heads']}"
+        )
+    lines.append(
+        "  most sensitive kind: "
+        + ", ".join(
+            f"{KIND_NAMES[r['kind']]} {-r['bleu_drop_half']:+.2f} BLEU at {r['removed']:.0%} removed"
+            for r in a["kinds"]
+        )
+    )
     lines += [
-        "  roles: " + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
+        "  roles: "
+        + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
         + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",
         *[f"  {w}" for w in locality_words(a.get("layer_roles", []))],
-        *[f"  near-duplicate heads ({KIND_NAMES[kind]}): "
-          + (_groups(a, kind, k["groups"]) or "none")
-          for kind, k in a.get("redundancy", {}).get("kinds", {}).items()],
+        *[
+            f"  near-duplicate heads ({KIND_NAMES[kind]}): " + (_groups(a, kind, k["groups"]) or "none")
+            for kind, k in a.get("redundancy", {}).get("kinds", {}).items()
+        ],
         f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
     ]
     return "\n".join(lines)

@@ -13,14 +13,22 @@ from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.plots import pyplot, save_figure
 
 
-def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path: Path, cmap: str,
-                         fmt: str = "{:.2f}", center: bool = False, fixed: dict | None = None) -> None:
+def plot_layer_head_maps(
+    values: dict[str, list[list[float]]],
+    title: str,
+    path: Path,
+    cmap: str,
+    fmt: str = "{:.2f}",
+    center: bool = False,
+    fixed: dict | None = None,
+) -> None:
     """One panel per attention kind: layers (rows) x heads (columns), values written in the cells; the
     columns of fixed heads (`fixed`: analysis.fixed.fixed_heads) hatched, their pattern under the index."""
     plt = pyplot()
     n_layers, n_heads = len(values["enc_self"]), len(values["enc_self"][0])
-    fig, axes = plt.subplots(1, 3, figsize=(3 * max(3.0, 0.6 * n_heads + 1.2), max(2.2, 0.55 * n_layers + 1.4)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, 3, figsize=(3 * max(3.0, 0.6 * n_heads + 1.2), max(2.2, 0.55 * n_layers + 1.4)), squeeze=False
+    )
     for ax, kind in zip(axes[0], ATTENTION_KINDS):
         data = torch.tensor(values[kind], dtype=torch.float64)
         lim = float(data.abs().max()) or 1.0
@@ -35,8 +43,16 @@ def plot_layer_head_maps(values: dict[str, list[list[float]]], title: str, path:
         ax.set_ylabel("layer", fontsize=8)
         if n_heads <= 16:
             for (l, h), v in zip(((l, h) for l in range(n_layers) for h in range(n_heads)), data.flatten().tolist()):
-                ax.text(h, l, fmt.format(v), ha="center", va="center", fontsize=6, color="black",
-                        bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.5))
+                ax.text(
+                    h,
+                    l,
+                    fmt.format(v),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="black",
+                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.5),
+                )
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -57,8 +73,9 @@ def plot_pruning(pruning: dict, grid: list[float], full_bleu: float, tolerance: 
         if p["random"]["runs"]:
             mean, sd = p["random"]["bleu_mean"], p["random"]["bleu_sd"]
             ax_b.plot(x, mean, "--", color=color, lw=1, label=f"{name} (random, n={len(p['random']['runs'])})")
-            ax_b.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                              color=color, alpha=0.12, lw=0)
+            ax_b.fill_between(
+                x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color=color, alpha=0.12, lw=0
+            )
             ax_l.plot(x, p["random"]["loss_mean"], "--", color=color, lw=1)
     ax_b.axhline(full_bleu - tolerance, color="grey", lw=0.8, ls=":", label=f"full BLEU - {tolerance:g}")
     ax_b.set_xlabel("heads removed (% of the pool)")
@@ -82,8 +99,13 @@ def plot_importance_vs_confidence(heads: list[dict], path: Path, fixed: dict | N
         for label, marker in markers.items():
             pts = [(h["confidence"], h["importance"]) for h in heads if h["kind"] == kind and h["role"] == label]
             if pts:
-                ax.scatter(*zip(*pts), color=color, marker=marker, s=40 if marker == "*" else 22,
-                           label=f"{KIND_NAMES[kind]}" + ("" if label == "-" else f", {label}"))
+                ax.scatter(
+                    *zip(*pts),
+                    color=color,
+                    marker=marker,
+                    s=40 if marker == "*" else 22,
+                    label=f"{KIND_NAMES[kind]}" + ("" if label == "-" else f", {label}"),
+                )
     ringed = [(h["confidence"], h["importance"]) for h in heads if pattern_of(fixed, h["kind"], h["head"])]
     if ringed:
         ax.scatter(*zip(*ringed), facecolors="none", edgecolors="black", s=110, lw=1, label="fixed pattern head")
@@ -96,15 +118,20 @@ def plot_importance_vs_confidence(heads: list[dict], path: Path, fixed: dict | N
     plt.close(fig)
 
 
-def plot_attention(weights: list[torch.Tensor], q_tokens: list[str], k_tokens: list[str], title: str,
-                   path: Path, patterns: dict[str, str] | None = None) -> None:
+def plot_attention(
+    weights: list[torch.Tensor],
+    q_tokens: list[str],
+    k_tokens: list[str],
+    title: str,
+    path: Path,
+    patterns: dict[str, str] | None = None,
+) -> None:
     """Layers (rows) x heads (columns) of (queries x keys) heat maps, tokens on the outer axes; `patterns`:
     {head index: pattern} of the kind's fixed heads, named in their panels' titles."""
     plt = pyplot()
     n_layers, n_heads = len(weights), weights[0].size(0)
     cell = max(1.6, 0.13 * max(len(q_tokens), len(k_tokens)) + 0.7)
-    fig, axes = plt.subplots(n_layers, n_heads, figsize=(n_heads * cell + 1, n_layers * cell + 1.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(n_layers, n_heads, figsize=(n_heads * cell + 1, n_layers * cell + 1.2), squeeze=False)
     for l in range(n_layers):
         for h in range(n_heads):
             ax = axes[l][h]
@@ -137,8 +164,11 @@ def plot_redundancy(similar: dict, path: Path, fixed: dict | None = None) -> Non
         ax.set_yticks(range(len(order)), labels, fontsize=5)
         ax.set_title(f"{KIND_NAMES[kind]}\n{len(k['groups'])} near-duplicate groups", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.suptitle(f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})"
-                 + ("; (pattern): a fixed head" if fixed else ""), fontsize=9)
+    fig.suptitle(
+        f"Jensen-Shannon divergence between heads (bits; groups: <= {similar['threshold_bits']:g})"
+        + ("; (pattern): a fixed head" if fixed else ""),
+        fontsize=9,
+    )
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -96,7 +96,9 @@ def redundancy(js: dict[str, Tensor], heads: int, single: list[dict], threshold:
         lost = [delta[(kind, i // heads, i % heads)] for i in range(m.size(0))]
         rho, p = spearmanr(twin, lost) if m.size(0) > 2 else (float("nan"), float("nan"))
         out["kinds"][kind] = {
-            "names": names, "js_bits": m.tolist(), "order": order,
+            "names": names,
+            "js_bits": m.tolist(),
+            "order": order,
             "groups": [[names[i] for i in g] for g in groups],
             "nearest_twin_bits": twin,
             "mean_js_bits": float(m.sum() / max(m.numel() - m.size(0), 1)),

@@ -97,14 +97,19 @@ class RoleAccumulator:
         return {m: out.get(m, [None] * (heads or 0)) for m in METRICS}
 
 
-def role_label(prev: float | None, next_: float | None, rare: float | None,
-               pos_threshold: float, rare_threshold: float) -> str:
+def role_label(
+    prev: float | None, next_: float | None, rare: float | None, pos_threshold: float, rare_threshold: float
+) -> str:
     """The dominant role: the share above its threshold that is largest, or "-" when none is."""
-    candidates = [(share, name) for share, name, t in (
-        (prev, "positional (prev)", pos_threshold),
-        (next_, "positional (next)", pos_threshold),
-        (rare, "rare words", rare_threshold),
-    ) if share is not None and share >= t]
+    candidates = [
+        (share, name)
+        for share, name, t in (
+            (prev, "positional (prev)", pos_threshold),
+            (next_, "positional (next)", pos_threshold),
+            (rare, "rare words", rare_threshold),
+        )
+        if share is not None and share >= t
+    ]
     return max(candidates)[1] if candidates else "-"
 
 
@@ -125,14 +130,21 @@ def collect_roles(net, batches: list[dict], pad_id: int, freq: torch.Tensor) -> 
             net.decode_hidden(tgt, memory, src_pad)
             src_ok, tgt_ok = src.ne(pad_id), tgt.ne(pad_id)
             for layer, m in enumerate(net.attention_layers("enc_self")):
-                acc.add("enc_self", layer, attention_stats(m.last_weights, src_ok, src_ok, self_attention=True,
-                                                           key_ids=src, key_freq=freq))
+                acc.add(
+                    "enc_self",
+                    layer,
+                    attention_stats(m.last_weights, src_ok, src_ok, self_attention=True, key_ids=src, key_freq=freq),
+                )
             for layer, m in enumerate(net.attention_layers("dec_self")):
-                acc.add("dec_self", layer, attention_stats(m.last_weights, tgt_ok, tgt_ok, self_attention=True,
-                                                           causal=True))
+                acc.add(
+                    "dec_self", layer, attention_stats(m.last_weights, tgt_ok, tgt_ok, self_attention=True, causal=True)
+                )
             for layer, m in enumerate(net.attention_layers("cross")):
-                acc.add("cross", layer, attention_stats(m.last_weights, tgt_ok, src_ok, self_attention=False,
-                                                        key_ids=src, key_freq=freq))
+                acc.add(
+                    "cross",
+                    layer,
+                    attention_stats(m.last_weights, tgt_ok, src_ok, self_attention=False, key_ids=src, key_freq=freq),
+                )
     return acc
 
 
@@ -148,11 +160,17 @@ def layer_roles(rows: list[dict]) -> list[dict]:
             values = [r[metric] for r in heads if r[metric] is not None]
             return sum(values) / len(values) if values else None
 
-        out.append({
-            "kind": kind, "layer": layer, "heads": n,
-            "positional": sum(r["role"].startswith("positional") for r in heads) / n,
-            "rare": sum(r["role"] == "rare words" for r in heads) / n,
-            "none": sum(r["role"] == "-" for r in heads) / n,
-            "entropy": mean("entropy"), "distance": mean("distance"), "confidence": mean("confidence"),
-        })
+        out.append(
+            {
+                "kind": kind,
+                "layer": layer,
+                "heads": n,
+                "positional": sum(r["role"].startswith("positional") for r in heads) / n,
+                "rare": sum(r["role"] == "rare words" for r in heads) / n,
+                "none": sum(r["role"] == "-" for r in heads) / n,
+                "entropy": mean("entropy"),
+                "distance": mean("distance"),
+                "confidence": mean("confidence"),
+            }
+        )
     return out

@@ -40,10 +40,15 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print where a training step's time goes")
     parser.add_argument("--skip", default="", help="comma-separated: attention,ablation,training,decoding,sweep,gpu")
     parser.add_argument("--packed", default="8", help="GPU: comma-separated numbers of jobs packed on the card")
-    parser.add_argument("--ckpt", default=None,
-                        help="decoding: a trained run or checkpoint (default: a random default-size model)")
-    parser.add_argument("--sentences", type=int, default=None,
-                        help="decoding: test sentences per decoder (default 1000 with --ckpt, else 100)")
+    parser.add_argument(
+        "--ckpt", default=None, help="decoding: a trained run or checkpoint (default: a random default-size model)"
+    )
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=None,
+        help="decoding: test sentences per decoder (default 1000 with --ckpt, else 100)",
+    )
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     torch.manual_seed(0)

@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import compose, cpu_has_bf16
 from headsweep.machine import cpu_class
-from headsweep.sweeps.sweep import default_jobs
 from headsweep.model.losses import _LinearCrossEntropy
+from headsweep.sweeps.sweep import default_jobs
 from headsweep.training.module import TranslationModule
 
 SHIPPED = "32-true"  # every job in results/ until this change: fp32, eager
@@ -62,21 +62,30 @@ def bench_ablation(steps: int = 12, warmup: int = 3) -> float:
     new = str(cfg.trainer.precision)
     it = iter(dm.train_dataloader())
     batches = [next(it) for _ in range(steps + warmup)]
-    print(f"\n## Ablation job (budget=ablation, {threads} thread(s) as make sweep runs each of its jobs here; "
-          f"{steps} timed steps, same batches)\nCPU class: {cpu_class()}; bf16 units: {cpu_has_bf16()}; "
-          f"the ablation budget chooses {new} here", flush=True)
+    print(
+        f"\n## Ablation job (budget=ablation, {threads} thread(s) as make sweep runs each of its jobs here; "
+        f"{steps} timed steps, same batches)\nCPU class: {cpu_class()}; bf16 units: {cpu_has_bf16()}; "
+        f"the ablation budget chooses {new} here",
+        flush=True,
+    )
     model = OmegaConf.to_container(cfg.model, resolve=True)
     shipped = ours_tokens_per_s(dm, batches, warmup, SHIPPED, model)
     ours = ours_tokens_per_s(dm, batches, warmup, new, model) if new != SHIPPED else shipped
     ratio = ours / shipped
-    print(f"ablation job: shipped {SHIPPED} eager {shipped:.0f} target tok/s, new default {new} eager "
-          f"{ours:.0f} target tok/s: {ratio:.2f}x", flush=True)
+    print(
+        f"ablation job: shipped {SHIPPED} eager {shipped:.0f} target tok/s, new default {new} eager "
+        f"{ours:.0f} target tok/s: {ratio:.2f}x",
+        flush=True,
+    )
     module = TranslationModule(model=model, vocab_size=dm.vocab_size_actual, tokenizer_json=dm.tokenizer_json)
     dm.setup("validate")
     val = [b for _, b in zip(range(8), dm.val_dataloader())]
     before, after = validation_loss_ms(module, val, True), validation_loss_ms(module, val, False)
-    print(f"validation loss pass (fp32, no_grad): {after:.0f} ms/batch, {before:.0f} with the gradient work it did "
-          f"before: {before / after:.2f}x", flush=True)
+    print(
+        f"validation loss pass (fp32, no_grad): {after:.0f} ms/batch, {before:.0f} with the gradient work it did "
+        f"before: {before / after:.2f}x",
+        flush=True,
+    )
     torch.set_num_threads(saved_threads)
     return ratio
 

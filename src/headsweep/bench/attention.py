@@ -14,7 +14,9 @@ from headsweep.model import MultiHeadAttention
 def bench_attention(reps: int = 10, bf16: bool = True) -> None:
     """Forward + backward of one self-attention layer at d_model 256, batch of 3,200 tokens."""
     B, T, d = 128, 25, 256
-    print(f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} (ms; ratio = torch / ours, >1 = ours faster)")
+    print(
+        f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} (ms; ratio = torch / ours, >1 = ours faster)"
+    )
     print(f"{'dtype':<6}{'h':>4}{'ours':>9}{'ours sdpa':>11}{'torch MHA':>11}{'ratio':>8}")
     for use_bf16 in (False, True) if bf16 else (False,):
         for h in (1, 4, 8, 16, 32):
@@ -34,8 +36,11 @@ def bench_attention(reps: int = 10, bf16: bool = True) -> None:
                 ref(x, x, x, key_padding_mask=pad, need_weights=False)[0].sum().backward()
 
             times = [_time(f, reps, use_bf16) for f in (run_ours, run_sdpa, run_ref)]
-            print(f"{'bf16' if use_bf16 else 'fp32':<6}{h:>4}{times[0]:>9.1f}{times[1]:>11.1f}{times[2]:>11.1f}"
-                  f"{times[2] / times[0]:>8.2f}", flush=True)
+            print(
+                f"{'bf16' if use_bf16 else 'fp32':<6}{h:>4}{times[0]:>9.1f}{times[1]:>11.1f}{times[2]:>11.1f}"
+                f"{times[2] / times[0]:>8.2f}",
+                flush=True,
+            )
 
 
 def _time(fn, reps: int, bf16: bool) -> float:

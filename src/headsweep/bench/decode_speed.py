@@ -29,17 +29,16 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from headsweep.reports.report_table import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.bench.decoding import random_module
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
 from headsweep.machine import cpu_name
+from headsweep.model import count_parameters, decoding, kv_cache_bytes
+from headsweep.reports.report_table import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.sweeps.specs import SweepError
 from headsweep.sweeps.sweep import plan
-from headsweep.model import count_parameters, decoding, kv_cache_bytes
 from headsweep.training.runs import RunError, load_module, read_results
 from headsweep.training.translate import autocast_dtype
-
 
 
 def cell_models(name: str, results: Path, root: Path, budget: str = "ablation") -> tuple[list[dict], object, str, bool]:
@@ -74,12 +73,22 @@ def measured_cache_bytes(net, src: torch.Tensor, token: int, steps: int = 3) -> 
     for _ in range(steps):
         net.decode(torch.full((src.size(0), 1), token, dtype=torch.long), memory, src_pad, cache)
     size = lambda kv: kv.k.nbytes + kv.v.nbytes  # noqa: E731
-    return {"self_per_target_token": sum(size(c.self_attn) for c in cache) / (src.size(0) * steps),
-            "cross_per_source_token": sum(size(c.cross_attn) for c in cache) / src.numel()}
+    return {
+        "self_per_target_token": sum(size(c.self_attn) for c in cache) / (src.size(0) * steps),
+        "cross_per_source_token": sum(size(c.cross_attn) for c in cache) / src.numel(),
+    }
 
 
-def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("multirun"), sentences: int = 0,
-                 beam: int = 4, repeats: int = 1, precision: str | None = None, budget: str = "ablation") -> dict:
+def decode_speed(
+    name: str,
+    results: Path = Path("results"),
+    root: Path = Path("multirun"),
+    sentences: int = 0,
+    beam: int = 4,
+    repeats: int = 1,
+    precision: str | None = None,
+    budget: str = "ablation",
+) -> dict:
     """Sentences/s of beam search for each cell of the sweep, on the same test sentences in this process."""
     cells, dm, sweep_precision, trained = cell_models(name, results, root, budget)
     precision = precision or sweep_precision
@@ -89,8 +98,11 @@ def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("
     batches = [b["src"] for b in make_batches(dm.encode(src[:n]), dm.encode(refs[:n]), dm.eval_max_tokens)]
     for c in cells:
         module_cfg = c["config"].module
-        c["module"] = load_module(c["checkpoint"]) if trained else random_module(
-            OmegaConf.to_container(c["config"].model, resolve=True), dm, module_cfg)
+        c["module"] = (
+            load_module(c["checkpoint"])
+            if trained
+            else random_module(OmegaConf.to_container(c["config"].model, resolve=True), dm, module_cfg)
+        )
     autocast = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
     with torch.no_grad(), autocast:
         for _ in range(repeats):  # rounds over every cell: a slow spell of the machine hits all of them
@@ -102,12 +114,23 @@ def decode_speed(name: str, results: Path = Path("results"), root: Path = Path("
     base = next(r for r in rows if r["base"])
     for r in rows:
         r["vs_base"] = r["sentences_per_s"] / base["sentences_per_s"]
-        r["kv_cache_vs_base"] = r["kv_cache_bytes"]["self_per_target_token"] / base["kv_cache_bytes"]["self_per_target_token"]
-    record = {"sweep": name, "cpu": cpu_name(), "split": dm.test_split, "sentences": n, "beam": beam, "precision": precision,
-              "threads": torch.get_num_threads(), "repeats": repeats,
-              "weights": "trained: each cell's first seed" if trained else
-                         "random: not every cell has a checkpoint here; every sentence decodes to the length limit",
-              "cells": rows}
+        r["kv_cache_vs_base"] = (
+            r["kv_cache_bytes"]["self_per_target_token"] / base["kv_cache_bytes"]["self_per_target_token"]
+        )
+    record = {
+        "sweep": name,
+        "cpu": cpu_name(),
+        "split": dm.test_split,
+        "sentences": n,
+        "beam": beam,
+        "precision": precision,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "weights": "trained: each cell's first seed"
+        if trained
+        else "random: not every cell has a checkpoint here; every sentence decodes to the length limit",
+        "cells": rows,
+    }
     out = results / name
     out.mkdir(parents=True, exist_ok=True)
     (out / OUTPUT).write_text(json.dumps(record, indent=1))
@@ -130,23 +153,38 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
     closed = kv_cache_bytes(net.cfg, torch.finfo(dtype).bits // 8 if dtype else 4)
     measured = measured_cache_bytes(net, sample, c["module"].hparams.bos_id)
     if measured != closed:
-        raise AssertionError(f"{c['cell']}: the KV cache holds {measured} bytes per token, the closed form says {closed}")
-    return {"cell": c["cell"], "base": c["base"], "kv_heads": net.cfg.kv_heads or net.cfg.heads,
-            "fixed_heads": net.cfg.fixed_heads, "d_ff": net.cfg.d_ff, "params": count_parameters(net)["total"],
-            "kv_cache_bytes": closed, "checkpoint": str(c["checkpoint"]) if c["checkpoint"] else None,
-            "seconds": c["seconds"], "sentences_per_s": n / c["seconds"], "output_tokens": c["output_tokens"]}
+        raise AssertionError(
+            f"{c['cell']}: the KV cache holds {measured} bytes per token, the closed form says {closed}"
+        )
+    return {
+        "cell": c["cell"],
+        "base": c["base"],
+        "kv_heads": net.cfg.kv_heads or net.cfg.heads,
+        "fixed_heads": net.cfg.fixed_heads,
+        "d_ff": net.cfg.d_ff,
+        "params": count_parameters(net)["total"],
+        "kv_cache_bytes": closed,
+        "checkpoint": str(c["checkpoint"]) if c["checkpoint"] else None,
+        "seconds": c["seconds"],
+        "sentences_per_s": n / c["seconds"],
+        "output_tokens": c["output_tokens"],
+    }
 
 
 def format_record(record: dict) -> str:
-    lines = [f"{record['sweep']}: CPU {record.get('cpu', '?')}; beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
-             f"{record['precision']}, {record['threads']} threads; weights {record['weights']}",
-             f"{'cell':<34}{'KV B/target tok':>16}{'x base':>8}{'B/source tok':>13}{'sent/s':>9}{'x base':>8}"
-             f"{'out tokens':>12}{'params':>11}"]
+    lines = [
+        f"{record['sweep']}: CPU {record.get('cpu', '?')}; beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
+        f"{record['precision']}, {record['threads']} threads; weights {record['weights']}",
+        f"{'cell':<34}{'KV B/target tok':>16}{'x base':>8}{'B/source tok':>13}{'sent/s':>9}{'x base':>8}"
+        f"{'out tokens':>12}{'params':>11}",
+    ]
     for r in record["cells"]:
         kv = r["kv_cache_bytes"]
-        lines.append(f"{r['cell']:<34}{kv['self_per_target_token']:>16,}{r['kv_cache_vs_base']:>8.2f}"
-                     f"{kv['cross_per_source_token']:>13,}{r['sentences_per_s']:>9.1f}{r['vs_base']:>8.2f}"
-                     f"{r['output_tokens']:>12}{r['params']:>11,}")
+        lines.append(
+            f"{r['cell']:<34}{kv['self_per_target_token']:>16,}{r['kv_cache_vs_base']:>8.2f}"
+            f"{kv['cross_per_source_token']:>13,}{r['sentences_per_s']:>9.1f}{r['vs_base']:>8.2f}"
+            f"{r['output_tokens']:>12}{r['params']:>11,}"
+        )
     return "\n".join(lines)
 
 
@@ -163,8 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.manual_seed(0)
     try:
-        record = decode_speed(args.sweep, args.results, args.multirun, args.sentences, args.beam, args.repeats,
-                              args.precision, args.budget)
+        record = decode_speed(
+            args.sweep,
+            args.results,
+            args.multirun,
+            args.sentences,
+            args.beam,
+            args.repeats,
+            args.precision,
+            args.budget,
+        )
     except (SweepError, RunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
     else:

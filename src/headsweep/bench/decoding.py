@@ -46,9 +46,11 @@ def bench_decoding(module, datamodule, n_sentences: int = 1000, beam_size: int =
         "greedy (cached)": lambda src, L: decoding.greedy(net, src, hp.bos_id, hp.eos_id, L),
         "greedy (naive)": lambda src, L: decoding.greedy_naive(net, src, hp.bos_id, hp.eos_id, L),
         f"beam {beam_size} (cached)": lambda src, L: decoding.beam_search(
-            net, src, hp.bos_id, hp.eos_id, L, beam_size, hp.length_penalty),
+            net, src, hp.bos_id, hp.eos_id, L, beam_size, hp.length_penalty
+        ),
         f"beam {beam_size} (naive)": lambda src, L: decoding.beam_search_naive(
-            net, src, hp.bos_id, hp.eos_id, L, beam_size, hp.length_penalty),
+            net, src, hp.bos_id, hp.eos_id, L, beam_size, hp.length_penalty
+        ),
     }
     limit = net.cfg.max_len - 1
     with torch.no_grad():
@@ -63,8 +65,16 @@ def bench_decoding(module, datamodule, n_sentences: int = 1000, beam_size: int =
                 seconds = min(seconds, time.perf_counter() - t0)
             outputs[name] = outs
             tokens = sum(int(o.ne(hp.pad_id).sum()) for o in outs)
-            rows.append({"decoder": name, "split": split, "sentences": n, "seconds": seconds,
-                         "sentences_per_s": n / seconds, "output_tokens": tokens})
+            rows.append(
+                {
+                    "decoder": name,
+                    "split": split,
+                    "sentences": n,
+                    "seconds": seconds,
+                    "sentences_per_s": n / seconds,
+                    "output_tokens": tokens,
+                }
+            )
     naive = next(r for r in rows if r["decoder"] == "greedy (naive)")
     for r in rows:
         r["vs_naive_greedy"] = r["sentences_per_s"] / naive["sentences_per_s"]
@@ -76,17 +86,24 @@ def bench_decoding(module, datamodule, n_sentences: int = 1000, beam_size: int =
 def format_rows(rows: list[dict]) -> str:
     lines = [f"{'decoder':<18}{'sent/s':>9}{'vs naive greedy':>17}{'out tokens':>12}{'seconds':>9}  same as naive"]
     for r in rows:
-        lines.append(f"{r['decoder']:<18}{r['sentences_per_s']:>9.1f}{r['vs_naive_greedy']:>17.2f}"
-                     f"{r['output_tokens']:>12}{r['seconds']:>9.1f}  {'yes' if r['same_as_naive'] else 'NO'}")
+        lines.append(
+            f"{r['decoder']:<18}{r['sentences_per_s']:>9.1f}{r['vs_naive_greedy']:>17.2f}"
+            f"{r['output_tokens']:>12}{r['seconds']:>9.1f}  {'yes' if r['same_as_naive'] else 'NO'}"
+        )
     return "\n".join(lines)
 
 
 def random_module(model: dict, datamodule, module_cfg) -> TranslationModule:
     """A TranslationModule of this model config with random weights, sized by the data module's vocabulary."""
     return TranslationModule(
-        model=model, vocab_size=datamodule.vocab_size_actual, tokenizer_json=datamodule.tokenizer_json,
-        pad_id=datamodule.pad_id, bos_id=datamodule.bos_id, eos_id=datamodule.eos_id,
-        max_len_extra=module_cfg.max_len_extra, length_penalty=module_cfg.length_penalty,
+        model=model,
+        vocab_size=datamodule.vocab_size_actual,
+        tokenizer_json=datamodule.tokenizer_json,
+        pad_id=datamodule.pad_id,
+        bos_id=datamodule.bos_id,
+        eos_id=datamodule.eos_id,
+        max_len_extra=module_cfg.max_len_extra,
+        length_penalty=module_cfg.length_penalty,
     ).eval()
 
 
@@ -118,16 +135,21 @@ def main(argv: list[str] | None = None) -> int:
             what = f"checkpoint {args.ckpt}"
         else:
             module, datamodule = _random_default_model()
-            what = ("randomly initialised default-size model (conf/model/small): random weights decode every "
-                    "sentence to the length limit, the worst case for the naive decoders")
+            what = (
+                "randomly initialised default-size model (conf/model/small): random weights decode every "
+                "sentence to the length limit, the worst case for the naive decoders"
+            )
     except (RunError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     c = module.net.cfg
-    print(f"\n## Decoding: {what}\n"
-          f"d_model {c.d_model}, {c.n_layers}+{c.n_layers} layers, h {c.heads}, vocab {c.vocab_size}; fp32, "
-          f"{torch.get_num_threads()} threads; length limit = source length + {module.hparams.max_len_extra}; "
-          f"ratio = sentences/s / naive greedy's, same sentences, this run", flush=True)
+    print(
+        f"\n## Decoding: {what}\n"
+        f"d_model {c.d_model}, {c.n_layers}+{c.n_layers} layers, h {c.heads}, vocab {c.vocab_size}; fp32, "
+        f"{torch.get_num_threads()} threads; length limit = source length + {module.hparams.max_len_extra}; "
+        f"ratio = sentences/s / naive greedy's, same sentences, this run",
+        flush=True,
+    )
     rows = bench_decoding(module, datamodule, args.sentences, args.beam, args.repeats)
     print(f"{rows[0]['sentences']} {rows[0]['split']} sentences\n{format_rows(rows)}", flush=True)
     return 0

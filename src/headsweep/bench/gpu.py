@@ -68,18 +68,34 @@ class _Timer(pl.Callback):
             self.t1 = time.time()
 
 
-def time_job(batches: list[dict], vocab: int, tokenizer_json: str | None, warmup: int, accelerator: str,
-             precision: str) -> dict:
+def time_job(
+    batches: list[dict], vocab: int, tokenizer_json: str | None, warmup: int, accelerator: str, precision: str
+) -> dict:
     """One job's training loop over `batches`: {tokens, t0, t1, tok_s, peak_gib}."""
     module = TranslationModule(model=dict(SMALL), vocab_size=vocab, tokenizer_json=tokenizer_json)
     timer = _Timer(warmup)
-    trainer = pl.Trainer(accelerator=accelerator, devices=1, precision=precision, max_steps=len(batches), logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[timer], limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        precision=precision,
+        max_steps=len(batches),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
     peak = torch.cuda.max_memory_reserved() / 2**30 if accelerator == "gpu" else None
-    return {"tokens": timer.tokens, "t0": timer.t0, "t1": timer.t1, "tok_s": timer.tokens / (timer.t1 - timer.t0),
-            "peak_gib": peak}
+    return {
+        "tokens": timer.tokens,
+        "t0": timer.t0,
+        "t1": timer.t1,
+        "tok_s": timer.tokens / (timer.t1 - timer.t0),
+        "peak_gib": peak,
+    }
 
 
 def load_batches(steps: int) -> tuple[list[dict], int, str | None]:
@@ -97,15 +113,34 @@ def packed(n: int, batch_file: Path, warmup: int) -> dict:
     first start to the last end."""
     start_at = time.time() + 25.0  # every worker imports and builds first, then they start at once
     env = {**os.environ, "OMP_NUM_THREADS": str(max((os.cpu_count() or 1) // n, 1))}
-    procs = [subprocess.Popen([sys.executable, "-m", "headsweep.bench.gpu", "--worker", str(batch_file),
-                               "--warmup", str(warmup), "--start-at", str(start_at)],
-                              stdout=subprocess.PIPE, text=True, env=env) for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "headsweep.bench.gpu",
+                "--worker",
+                str(batch_file),
+                "--warmup",
+                str(warmup),
+                "--start-at",
+                str(start_at),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(n)
+    ]
     outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"a packed worker failed: exit statuses {[p.returncode for p in procs]}")
     span = max(o["t1"] for o in outs) - min(o["t0"] for o in outs)
-    return {"tok_s": sum(o["tokens"] for o in outs) / span, "per_job": [o["tok_s"] for o in outs],
-            "peak_gib": max(o["peak_gib"] for o in outs)}
+    return {
+        "tok_s": sum(o["tokens"] for o in outs) / span,
+        "per_job": [o["tok_s"] for o in outs],
+        "peak_gib": max(o["peak_gib"] for o in outs),
+    }
 
 
 def worker(batch_file: Path, warmup: int, start_at: float) -> None:
@@ -126,12 +161,20 @@ def bench_gpu(steps: int = 60, warmup: int = 10, packs: tuple[int, ...] = (4, 8)
     flops_per_token = 6 * (count_parameters(module.net)["non_embedding"] + vocab * SMALL["d_model"])
     peak = matmul_peak_gpu()
     mean_tokens = sum(int(b["tgt_out"].ne(0).sum()) for b in batches) / len(batches)
-    print(f"\n## GPU: {name}; {len(batches)} Multi30k batches (~{mean_tokens:.0f} target tokens), first {warmup} "
-          f"not timed; default small model, bf16-mixed; bf16 matmul peak (8192^3, measured now) {peak / 1e12:.0f} TFLOP/s")
+    print(
+        f"\n## GPU: {name}; {len(batches)} Multi30k batches (~{mean_tokens:.0f} target tokens), first {warmup} "
+        f"not timed; default small model, bf16-mixed; bf16 matmul peak (8192^3, measured now) {peak / 1e12:.0f} TFLOP/s"
+    )
     one = time_job(batches, vocab, tok, warmup, "gpu", "bf16-mixed")
     rows = [("1 job", one["tok_s"], one["tok_s"], one["peak_gib"])]
-    result = {"device": name, "peak_tflops": peak / 1e12, "flops_per_token": flops_per_token, "one": one["tok_s"],
-              "peak_gib": one["peak_gib"], "packed": {}}
+    result = {
+        "device": name,
+        "peak_tflops": peak / 1e12,
+        "flops_per_token": flops_per_token,
+        "one": one["tok_s"],
+        "peak_gib": one["peak_gib"],
+        "packed": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         batch_file = Path(tmp) / "batches.pt"
         torch.save({"batches": batches, "vocab": vocab, "tokenizer": tok}, batch_file)
@@ -144,10 +187,14 @@ def bench_gpu(steps: int = 60, warmup: int = 10, packs: tuple[int, ...] = (4, 8)
     result["cpu"], result["cpu_precision"] = cpu["tok_s"], cpu_precision
     print(f"{'':<16}{'tgt tok/s':>11}{'x 1 job':>9}{'slowest job':>13}{'share of peak':>15}{'GiB/job':>9}{'x CPU':>8}")
     for label, tok_s, slowest, gib in rows:
-        print(f"{label:<16}{tok_s:>11.0f}{tok_s / one['tok_s']:>9.2f}{slowest:>13.0f}"
-              f"{tok_s * flops_per_token / peak:>15.2%}{gib + 0.6:>9.1f}{tok_s / cpu['tok_s']:>8.1f}")
-    print(f"{'CPU, same job':<16}{cpu['tok_s']:>11.0f}{'':>9}{'':>13}{'':>15}{'':>9}{1:>8.1f}"
-          f"   ({cpu_precision}, {torch.get_num_threads()} threads, {cpu_steps} steps)")
+        print(
+            f"{label:<16}{tok_s:>11.0f}{tok_s / one['tok_s']:>9.2f}{slowest:>13.0f}"
+            f"{tok_s * flops_per_token / peak:>15.2%}{gib + 0.6:>9.1f}{tok_s / cpu['tok_s']:>8.1f}"
+        )
+    print(
+        f"{'CPU, same job':<16}{cpu['tok_s']:>11.0f}{'':>9}{'':>13}{'':>15}{'':>9}{1:>8.1f}"
+        f"   ({cpu_precision}, {torch.get_num_threads()} threads, {cpu_steps} steps)"
+    )
     return result
 
 

@@ -17,23 +17,36 @@ from omegaconf import OmegaConf
 from torch.profiler import profile
 
 from headsweep.bench.ablation import _job
-from headsweep.machine import cpu_class
 from headsweep.bench.training import ours_tokens_per_s
 from headsweep.config import cpu_has_bf16
+from headsweep.machine import cpu_class
 from headsweep.model.losses import linear_cross_entropy
 from headsweep.training.module import TranslationModule
 
 # aten op name -> kind; the first matching prefix wins, anything else is "other elementwise / copies".
 KINDS = (
     ("matmuls", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::_linear")),
-    ("attention softmax / masking", ("aten::_softmax", "aten::softmax", "aten::_softmax_backward_data",
-                                     "aten::masked_fill", "aten::tril", "aten::where")),
-    ("loss (logsumexp, exp, gather, scatter)", ("aten::exp", "aten::logsumexp", "aten::gather", "aten::scatter",
-                                                "aten::mean")),
+    (
+        "attention softmax / masking",
+        (
+            "aten::_softmax",
+            "aten::softmax",
+            "aten::_softmax_backward_data",
+            "aten::masked_fill",
+            "aten::tril",
+            "aten::where",
+        ),
+    ),
+    (
+        "loss (logsumexp, exp, gather, scatter)",
+        ("aten::exp", "aten::logsumexp", "aten::gather", "aten::scatter", "aten::mean"),
+    ),
     ("layer norm", ("aten::native_layer_norm", "aten::native_layer_norm_backward")),
     ("dropout masks", ("aten::random_", "aten::ge", "aten::bernoulli")),
-    ("casts / copies (autocast, views)", ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone",
-                                          "aten::contiguous", "aten::cat")),
+    (
+        "casts / copies (autocast, views)",
+        ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous", "aten::cat"),
+    ),
     ("optimizer (Adam)", ("aten::_foreach", "aten::addcmul", "aten::addcdiv", "aten::lerp", "aten::sqrt")),
 )
 
@@ -64,9 +77,13 @@ def phases(module: TranslationModule, batches: list[dict], precision: str) -> di
         opt.step()
         opt.zero_grad(set_to_none=True)
         t5 = time.perf_counter()
-        for name, dt in (("batch copy", t1 - t0), ("forward (encoder + decoder)", t2 - t1),
-                         ("loss: output projection + cross-entropy, gradient included", t3 - t2),
-                         ("backward (encoder + decoder)", t4 - t3), ("optimizer step (Adam)", t5 - t4)):
+        for name, dt in (
+            ("batch copy", t1 - t0),
+            ("forward (encoder + decoder)", t2 - t1),
+            ("loss: output projection + cross-entropy, gradient included", t3 - t2),
+            ("backward (encoder + decoder)", t4 - t3),
+            ("optimizer step (Adam)", t5 - t4),
+        ):
             times[name] += dt / len(batches)
     return dict(times)
 

@@ -41,16 +41,22 @@ def bench_sweep(jobs: int | None = None) -> float:
     """Print and return the throughput ratio of `jobs` jobs (default: make sweep's) against one job."""
     cores = os.cpu_count() or 1
     jobs = jobs or default_jobs(cores)
-    print(f"\n## Sweep throughput: {jobs} jobs x {cores // jobs} threads vs 1 job x {cores} threads "
-          f"({STEPS} timed fp32 training steps each, default model, same batches)", flush=True)
+    print(
+        f"\n## Sweep throughput: {jobs} jobs x {cores // jobs} threads vs 1 job x {cores} threads "
+        f"({STEPS} timed fp32 training steps each, default model, same batches)",
+        flush=True,
+    )
     if jobs < 2:
         print("one job at a time on this machine (make sweep's default here): nothing to compare")
         return 1.0
     single = run_jobs(1, cores)[0]
     parallel = run_jobs(jobs, cores // jobs)
     ratio = sum(parallel) / single
-    print(f"1 job:  {single:.0f} target tok/s\n{jobs} jobs: {' + '.join(f'{x:.0f}' for x in parallel)} = "
-          f"{sum(parallel):.0f} target tok/s\nratio {ratio:.2f} (> 1: JOBS={jobs} finishes a sweep sooner)", flush=True)
+    print(
+        f"1 job:  {single:.0f} target tok/s\n{jobs} jobs: {' + '.join(f'{x:.0f}' for x in parallel)} = "
+        f"{sum(parallel):.0f} target tok/s\nratio {ratio:.2f} (> 1: JOBS={jobs} finishes a sweep sooner)",
+        flush=True,
+    )
     return ratio
 
 

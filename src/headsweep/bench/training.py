@@ -48,15 +48,25 @@ class _BatchTimer(pl.Callback):
             self.t1 = time.perf_counter()
 
 
-def ours_tokens_per_s(dm: TranslationDataModule, batches: list[dict], warmup: int, precision: str,
-                      model: dict | None = None) -> float:
-    module = TranslationModule(model=dict(model or SMALL), vocab_size=dm.vocab_size_actual,
-                               tokenizer_json=dm.tokenizer_json)
+def ours_tokens_per_s(
+    dm: TranslationDataModule, batches: list[dict], warmup: int, precision: str, model: dict | None = None
+) -> float:
+    module = TranslationModule(
+        model=dict(model or SMALL), vocab_size=dm.vocab_size_actual, tokenizer_json=dm.tokenizer_json
+    )
     timer = _BatchTimer(warmup)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, precision=precision, max_steps=len(batches), logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[timer], limit_val_batches=0, num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        max_steps=len(batches),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
     )
     # batch_size=None: the loader hands over the prepared batches as they are (no re-collation)
     trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
@@ -77,8 +87,14 @@ class PlainTransformer(nn.Module):
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
         x = self.embed(src) * self.scale + self.pe[: src.size(1)]
         y = self.embed(tgt_in) * self.scale + self.pe[: tgt_in.size(1)]
-        h = self.net(x, y, tgt_mask=causal, src_key_padding_mask=src.eq(0), tgt_key_padding_mask=tgt_in.eq(0),
-                     memory_key_padding_mask=src.eq(0))
+        h = self.net(
+            x,
+            y,
+            tgt_mask=causal,
+            src_key_padding_mask=src.eq(0),
+            tgt_key_padding_mask=tgt_in.eq(0),
+            memory_key_padding_mask=src.eq(0),
+        )
         return h @ self.embed.weight.t()
 
 
@@ -91,8 +107,9 @@ def plain_tokens_per_s(vocab: int, batches: list[dict], warmup: int, bf16: bool)
             t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(b["src"], b["tgt_in"])
-            loss = F.cross_entropy(logits.reshape(-1, vocab).float(), b["tgt_out"].reshape(-1),
-                                   ignore_index=0, label_smoothing=0.1)
+            loss = F.cross_entropy(
+                logits.reshape(-1, vocab).float(), b["tgt_out"].reshape(-1), ignore_index=0, label_smoothing=0.1
+            )
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -107,11 +124,15 @@ def bench_training(steps: int, warmup: int, profile: bool, bf16: bool = True) ->
     it = iter(dm.train_dataloader())
     batches = [next(it) for _ in range(steps + warmup)]
     tokens = sum(int(b["tgt_out"].ne(0).sum()) for b in batches) / len(batches)
-    print(f"\n## Training step: {len(batches)} Multi30k batches (~{tokens:.0f} target tokens each), "
-          f"first {warmup} not timed; default small model (d_model 256, 3+3 layers, h 8, vocab {dm.vocab_size_actual})")
+    print(
+        f"\n## Training step: {len(batches)} Multi30k batches (~{tokens:.0f} target tokens each), "
+        f"first {warmup} not timed; default small model (d_model 256, 3+3 layers, h 8, vocab {dm.vocab_size_actual})"
+    )
     peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16) if bf16 else None, matmul_peak(torch.float32)
-    print(f"matmul peak (2048^3, measured now): fp32 {peak_fp32 / 1e12:.2f} TFLOP/s"
-          + (f", bf16 {peak_bf16 / 1e12:.2f} TFLOP/s" if bf16 else ""))
+    print(
+        f"matmul peak (2048^3, measured now): fp32 {peak_fp32 / 1e12:.2f} TFLOP/s"
+        + (f", bf16 {peak_bf16 / 1e12:.2f} TFLOP/s" if bf16 else "")
+    )
     module = TranslationModule(model=dict(SMALL), vocab_size=dm.vocab_size_actual, tokenizer_json=dm.tokenizer_json)
     counts = count_parameters(module.net)
     # Training FLOPs per target token: 6 x (non-embedding parameters + the output projection).
@@ -122,10 +143,13 @@ def bench_training(steps: int, warmup: int, profile: bool, bf16: bool = True) ->
     for precision, peak in precisions:
         ours = ours_tokens_per_s(dm, batches, warmup, precision)
         plain = plain_tokens_per_s(dm.vocab_size_actual, batches, warmup, precision == "bf16-mixed")
-        print(f"{precision:<10}{ours:>12.0f}{plain:>13.0f}{ours / plain:>8.2f}"
-              f"{ours * flops_per_token / peak:>10.1%}{plain * flops_per_token / peak:>11.1%}", flush=True)
+        print(
+            f"{precision:<10}{ours:>12.0f}{plain:>13.0f}{ours / plain:>8.2f}"
+            f"{ours * flops_per_token / peak:>10.1%}{plain * flops_per_token / peak:>11.1%}",
+            flush=True,
+        )
     if profile:
-        profile_step(module, batches[warmup:warmup + 3])
+        profile_step(module, batches[warmup : warmup + 3])
 
 
 def profile_step(module: TranslationModule, batches: list[dict]) -> None:

@@ -5,5 +5,18 @@ from headsweep.data.datamodule import TranslationDataModule
 from headsweep.data.files import DataError, read_lines, split_files
 from headsweep.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, load_tokenizer
 
-__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "DataError", "TokenBatchSampler", "TranslationDataModule",
-           "collate", "decode", "load_tokenizer", "make_batches", "read_lines", "split_files"]
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "DataError",
+    "TokenBatchSampler",
+    "TranslationDataModule",
+    "collate",
+    "decode",
+    "load_tokenizer",
+    "make_batches",
+    "read_lines",
+    "split_files",
+]

@@ -25,8 +25,15 @@ class TokenBatchSampler:
     not divide, as torch's DistributedSampler pads).
     """
 
-    def __init__(self, lengths: list[int], max_tokens: int, shuffle: bool = False, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        lengths: list[int],
+        max_tokens: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if max_tokens < 1:
             raise DataError(f"max_tokens must be >= 1, got {max_tokens}")
         if not 0 <= rank < world_size:
@@ -68,11 +75,11 @@ class TokenBatchSampler:
             rng.shuffle(batches)
         if self.world_size > 1:
             per_rank = -(-len(batches) // self.world_size)  # ceil
-            batches = (batches + batches[: per_rank * self.world_size - len(batches)])[self.rank::self.world_size]
+            batches = (batches + batches[: per_rank * self.world_size - len(batches)])[self.rank :: self.world_size]
         return batches
 
     def __iter__(self):
-        batches, self.skip = self._batches()[self.skip:], 0
+        batches, self.skip = self._batches()[self.skip :], 0
         return iter(batches)
 
     def __len__(self) -> int:

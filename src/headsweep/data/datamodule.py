@@ -17,9 +17,18 @@ from torch.utils.data import DataLoader
 from headsweep.data import hub
 from headsweep.data.batching import PairDataset, TokenBatchSampler, collate
 from headsweep.data.files import DATA_ENV, DataError, atomic_write, clean_pairs, read_lines, split_files
+from headsweep.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    TOKENIZER_RECIPE,
+    TOKENIZERS,
+    UNK_ID,
+    decode,
+    load_tokenizer,
+    train_tokenizer,
+)
 from headsweep.schema import choice, integer, mapping, nullable, text
-from headsweep.data.tokenizer import (BOS_ID, EOS_ID, PAD_ID, TOKENIZER_RECIPE, TOKENIZERS, UNK_ID, decode,
-                                      load_tokenizer, train_tokenizer)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +55,9 @@ DATA_SETTINGS = {
     "vocab_size": integer(16, 1_000_000, fix="e.g. data.vocab_size=8000"),
     "cache_dir": text(pattern=r".+", pattern_text="a path"),
     "max_tokens": integer(2, 10**7, fix="e.g. data.max_tokens=2048"),
-    "eval_max_tokens": nullable(integer(2, 10**7, fix="e.g. data.eval_max_tokens=4096, or null for 2 x data.max_tokens")),
+    "eval_max_tokens": nullable(
+        integer(2, 10**7, fix="e.g. data.eval_max_tokens=4096, or null for 2 x data.max_tokens")
+    ),
     "max_len": integer(2, 65536, fix="e.g. data.max_len=128"),
     "limit_train": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
     "limit_eval": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
@@ -153,9 +164,11 @@ class TranslationDataModule(pl.LightningDataModule):
             self._check_dir()  # raises: the folder and how to point elsewhere
         name = self.hub_fallback["name"]
         if reason := hub.hub_unreachable():
-            raise DataError(f"no data directory at {d}, and its copy on the Hugging Face hub ({name}) is out of "
-                            f"reach ({reason}): put the files there (or point data.dir=PATH or {DATA_ENV}=PATH at "
-                            "them), or run where huggingface.co can be reached")
+            raise DataError(
+                f"no data directory at {d}, and its copy on the Hugging Face hub ({name}) is out of "
+                f"reach ({reason}): put the files there (or point data.dir=PATH or {DATA_ENV}=PATH at "
+                "them), or run where huggingface.co can be reached"
+            )
         log.warning("data: %s not found; the same corpus from the Hugging Face hub instead (%s)", d, name)
         return "hub"
 
@@ -166,10 +179,15 @@ class TranslationDataModule(pl.LightningDataModule):
                 return hub.load_hub_pairs(self.hub_name, self.hub_config, split, self.hub_columns)
             fb = self.hub_fallback
             theirs = fb.get("splits", {}).get(split, split)
-            return hub.load_hub_pairs(fb["name"], fb.get("config"), theirs, {"src": self.src_lang, "tgt": self.tgt_lang})
+            return hub.load_hub_pairs(
+                fb["name"], fb.get("config"), theirs, {"src": self.src_lang, "tgt": self.tgt_lang}
+            )
         except DataError as e:
-            fix = ("use data.source=local data.dir=PATH for local files" if self.source == "hub" else
-                   f"or put the files in {Path(self.dir).absolute()} (or point data.dir=PATH or {DATA_ENV}=PATH at them)")
+            fix = (
+                "use data.source=local data.dir=PATH for local files"
+                if self.source == "hub"
+                else f"or put the files in {Path(self.dir).absolute()} (or point data.dir=PATH or {DATA_ENV}=PATH at them)"
+            )
             raise DataError(f"{e}; {fix}") from None
 
     # -- tokenizer ------------------------------------------------------------------------
@@ -182,8 +200,13 @@ class TranslationDataModule(pl.LightningDataModule):
             for lang in (self.src_lang, self.tgt_lang):
                 h.update(split_files(self.dir, self.train_split, lang).read_bytes())
         else:
-            h.update(repr((self.hub_name, self.hub_config, self.train_split, sorted(self.hub_columns.items()))
-                          if self.source == "hub" else (self.hub_fallback["name"], self.train_split)).encode())
+            h.update(
+                repr(
+                    (self.hub_name, self.hub_config, self.train_split, sorted(self.hub_columns.items()))
+                    if self.source == "hub"
+                    else (self.hub_fallback["name"], self.train_split)
+                ).encode()
+            )
         h.update(
             repr(
                 (self.src_lang, self.tgt_lang, self.tokenizer_type, self.vocab_size, self.limit_train, TOKENIZER_RECIPE)
@@ -215,8 +238,10 @@ class TranslationDataModule(pl.LightningDataModule):
         # Load and validate every split first, so bad data fails before minutes of training.
         self.loaded_from = self._choose_source()
         if self.source == "hub" and (reason := hub.hub_unreachable()):
-            raise DataError(f"could not load hub dataset '{self.hub_name}': {reason}; "
-                            "use data.source=local data.dir=PATH for local files")
+            raise DataError(
+                f"could not load hub dataset '{self.hub_name}': {reason}; "
+                "use data.source=local data.dir=PATH for local files"
+            )
         load = self.load_local if self.loaded_from == "local" else self._load_hub
         for split in dict.fromkeys((self.train_split, self.val_split, self.test_split)):
             src, tgt = load(split)
@@ -238,7 +263,10 @@ class TranslationDataModule(pl.LightningDataModule):
             if len(keep) < len(index):
                 log.warning(
                     "%s: filtered %d of %d training pairs longer than max_len=%d subwords",
-                    split, len(index) - len(keep), len(index), self.max_len,
+                    split,
+                    len(index) - len(keep),
+                    len(index),
+                    self.max_len,
                 )
             if not keep:
                 raise DataError(f"split '{split}': every pair is longer than data.max_len={self.max_len}; raise it")
@@ -253,8 +281,10 @@ class TranslationDataModule(pl.LightningDataModule):
         lengths = [max(len(s), len(t)) + 1 for s, t in zip(data.src, data.tgt)]
         i = max(range(len(lengths)), key=lengths.__getitem__)
         if lengths[i] > max_len:
-            raise DataError(f"split '{split}': pair {data.index[i] + 1} is {lengths[i]} subwords long with BOS/EOS, "
-                            f"longer than model.max_len={max_len}; evaluation scores every pair: raise model.max_len")
+            raise DataError(
+                f"split '{split}': pair {data.index[i] + 1} is {lengths[i]} subwords long with BOS/EOS, "
+                f"longer than model.max_len={max_len}; evaluation scores every pair: raise model.max_len"
+            )
 
     @property
     def vocab_size_actual(self) -> int:

@@ -50,7 +50,9 @@ def load_hub_pairs(name: str, config: str | None, split: str, columns: dict[str,
     for side in ("src", "tgt"):
         col = columns[side]
         if col not in flat.column_names:
-            raise DataError(f"{what} split '{split}' has no column '{col}' (data.hub_columns.{side}); "
-                            f"available: {', '.join(flat.column_names)}")
+            raise DataError(
+                f"{what} split '{split}' has no column '{col}' (data.hub_columns.{side}); "
+                f"available: {', '.join(flat.column_names)}"
+            )
         out.append([x if isinstance(x, str) else "" for x in flat[col]])
     return clean_pairs(out[0], out[1], f"{what} split '{split}'")

@@ -2,9 +2,29 @@
 attention -> transformer, plus the fused output loss and greedy/beam decoding."""
 
 from headsweep.model.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl, head_sizes
-from headsweep.model.transformer import (ATTENTION_KINDS, LayerCache, Transformer, TransformerConfig,
-                                         attention_switches, count_parameters, kv_cache_bytes, reorder_cache)
+from headsweep.model.transformer import (
+    ATTENTION_KINDS,
+    LayerCache,
+    Transformer,
+    TransformerConfig,
+    attention_switches,
+    count_parameters,
+    kv_cache_bytes,
+    reorder_cache,
+)
 
-__all__ = ["ATTENTION_KINDS", "KVCache", "LayerCache", "MultiHeadAttention", "Transformer", "TransformerConfig",
-           "attention_param_count", "attention_switches", "convert_impl", "count_parameters", "head_sizes",
-           "kv_cache_bytes", "reorder_cache"]
+__all__ = [
+    "ATTENTION_KINDS",
+    "KVCache",
+    "LayerCache",
+    "MultiHeadAttention",
+    "Transformer",
+    "TransformerConfig",
+    "attention_param_count",
+    "attention_switches",
+    "convert_impl",
+    "count_parameters",
+    "head_sizes",
+    "kv_cache_bytes",
+    "reorder_cache",
+]

@@ -153,8 +153,9 @@ class MultiHeadAttention(nn.Module):
             if impl == "fused":
                 setattr(self, f"{which}_proj", nn.Linear(d_model, n * sizes[which], bias=bias) if n else None)
             else:
-                setattr(self, f"{which}_heads", nn.ModuleList(nn.Linear(d_model, sizes[which], bias=bias)
-                                                              for _ in range(n)))
+                setattr(
+                    self, f"{which}_heads", nn.ModuleList(nn.Linear(d_model, sizes[which], bias=bias) for _ in range(n))
+                )
         self.out_proj = nn.Linear(heads * self.d_v, d_model, bias=bias)
         self.concrete = HardConcreteGate(heads) if concrete_gates else None  # z: learned, L0-penalised
         # Analysis hooks, not training state: a default gate xi used when forward() gets none, and
@@ -220,7 +221,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError("fixed heads are positions within one sentence: they need self-attention (memory=None)")
         q, k, v = self._queries_keys_values(x, memory, cache)  # (B, h-n, Tq, d_k), (B, kv-n, Tk, d_k), (B, kv, Tk, d_v)
         need = need_weights or self.record_weights
-        heads, weights = self._learned(q, k, v[:, self.n_fixed:], key_padding_mask, causal, need)  # (B, h-n, Tq, d_v)
+        heads, weights = self._learned(q, k, v[:, self.n_fixed :], key_padding_mask, causal, need)  # (B, h-n, Tq, d_v)
         if self.fixed is not None:  # head_i = A_i V_i for the first n heads
             a = self.fixed(Tq, v.size(2), key_padding_mask, causal, v.dtype, v.device)  # A: (B or 1, n, Tq, Tk)
             p = F.dropout(a, self.dropout, self.training) if self.dropout else a
@@ -272,8 +273,9 @@ class MultiHeadAttention(nn.Module):
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
         dropout = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
-                                              enable_gqa=k.size(1) != q.size(1))
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, enable_gqa=k.size(1) != q.size(1)
+        )
 
     def _use_sdpa(self, x: Tensor) -> bool:
         # Measured (make bench): on CPU under bf16 autocast the plain matmul-softmax-matmul path is
@@ -309,11 +311,20 @@ KV_PROJECTIONS = ("k_proj", "v_proj", "k_heads", "v_heads")  # W^K and W^V in ei
 
 def check_init(init: str, init_kv_gain: float) -> None:
     if init not in INITS:
-        raise ValueError(f"init={init!r}: use one of {', '.join(INITS)} (fan_in: every attention projection at gain "
-                         "1 whatever the head sizes; xavier: the earlier runs' init)")
-    if not (isinstance(init_kv_gain, (int, float)) and not isinstance(init_kv_gain, bool) and math.isfinite(init_kv_gain) and init_kv_gain > 0):
-        raise ValueError(f"init_kv_gain={init_kv_gain!r} multiplies the init bound of W^K and W^V: use a finite "
-                         "number > 0 (1.0: no change)")
+        raise ValueError(
+            f"init={init!r}: use one of {', '.join(INITS)} (fan_in: every attention projection at gain "
+            "1 whatever the head sizes; xavier: the earlier runs' init)"
+        )
+    if not (
+        isinstance(init_kv_gain, (int, float))
+        and not isinstance(init_kv_gain, bool)
+        and math.isfinite(init_kv_gain)
+        and init_kv_gain > 0
+    ):
+        raise ValueError(
+            f"init_kv_gain={init_kv_gain!r} multiplies the init bound of W^K and W^V: use a finite "
+            "number > 0 (1.0: no change)"
+        )
 
 
 def init_projection(weight: Tensor, init: str, gain: float = 1.0) -> Tensor:
@@ -334,22 +345,37 @@ def check_head_sharing(heads: int, kv_heads: int | None, fixed: int) -> None:
     """kv_heads divides h; at most h fixed heads, and not together with shared key/value heads."""
     if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
         divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads} (each key/value head serves heads / "
-                         f"kv_heads query heads): use one of {divisors}, or null for heads")
+        raise ValueError(
+            f"kv_heads={kv_heads} must divide heads={heads} (each key/value head serves heads / "
+            f"kv_heads query heads): use one of {divisors}, or null for heads"
+        )
     if fixed > heads:
         raise ValueError(f"{fixed} fixed heads but heads={heads}: at most {heads}")
     if fixed and kv_heads not in (None, heads):
-        raise ValueError(f"fixed heads with kv_heads={kv_heads} < heads={heads}: a fixed head keeps its own value "
-                         "head, so use fixed heads or shared key/value heads, not both")
+        raise ValueError(
+            f"fixed heads with kv_heads={kv_heads} < heads={heads}: a fixed head keeps its own value "
+            "head, so use fixed heads or shared key/value heads, not both"
+        )
 
 
 def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     """A copy of `mha` in the other layout (fused <-> per_head) computing the same function."""
     bias = mha.out_proj.bias is not None
     new = MultiHeadAttention(
-        mha.d_model, mha.heads, mha.d_k, mha.d_v, mha.dropout, bias, impl, mha.kernel, mha.head_dropout,
-        mha.concrete is not None, mha.kv_heads, mha.fixed.patterns if mha.fixed is not None else (),
-        mha.init, mha.init_kv_gain,
+        mha.d_model,
+        mha.heads,
+        mha.d_k,
+        mha.d_v,
+        mha.dropout,
+        bias,
+        impl,
+        mha.kernel,
+        mha.head_dropout,
+        mha.concrete is not None,
+        mha.kv_heads,
+        mha.fixed.patterns if mha.fixed is not None else (),
+        mha.init,
+        mha.init_kv_gain,
     ).to(mha.out_proj.weight)
     with torch.no_grad():
         new.out_proj.load_state_dict(mha.out_proj.state_dict())
@@ -375,8 +401,9 @@ def convert_impl(mha: MultiHeadAttention, impl: str) -> MultiHeadAttention:
     return new
 
 
-def attention_param_count(d_model: int, heads: int, d_k: int, d_v: int, bias: bool = True, kv_heads: int | None = None,
-                          fixed: int = 0) -> int:
+def attention_param_count(
+    d_model: int, heads: int, d_k: int, d_v: int, bias: bool = True, kv_heads: int | None = None, fixed: int = 0
+) -> int:
     """Closed form: d_model*((h - n) d_k + (kv - n) d_k + kv d_v) for W^Q, W^K, W^V, plus h*d_v*d_model for
     W^O (+ biases); kv = kv_heads (default h), n fixed heads. With kv = h, n = 0: h*d_model*(2 d_k + d_v)."""
     n = projection_heads(heads, kv_heads, fixed)

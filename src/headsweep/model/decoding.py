@@ -68,7 +68,12 @@ def length_penalty(length, alpha: float):
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_len: int, beam_size: int,
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int,
     length_penalty: float = 0.6,
 ) -> Tensor:
     """Batched beam search over the KV cache: the best hypothesis per sentence by log P / lp(Y).
@@ -85,7 +90,12 @@ def beam_search(
 
 @torch.no_grad()
 def beam_search_naive(
-    model: Transformer, src: Tensor, bos_id: int, eos_id: int, max_len: int, beam_size: int,
+    model: Transformer,
+    src: Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int,
     length_penalty: float = 0.6,
 ) -> Tensor:
     """The same beam search re-running every live prefix each step (the reference for the cached one)."""

@@ -146,9 +146,11 @@ def expected_ratios(net: Transformer, src: Tensor, tgt: Tensor, draws: int = DRA
     src, tgt = src.to(device), tgt.to(device)
     xs, xt = standard_inputs(net, src), standard_inputs(net, tgt)
     src_pad, real = src.eq(pad), tgt.ne(pad)
-    calls = {"enc_self": lambda m: (m(xs, key_padding_mask=src_pad, need_weights=True)[1], xs, xs, ~src_pad),
-             "dec_self": lambda m: (m(xt, causal=True, need_weights=True)[1], xt, xt, real),
-             "cross": lambda m: (m(xt, xs, key_padding_mask=src_pad, need_weights=True)[1], xt, xs, real)}
+    calls = {
+        "enc_self": lambda m: (m(xs, key_padding_mask=src_pad, need_weights=True)[1], xs, xs, ~src_pad),
+        "dec_self": lambda m: (m(xt, causal=True, need_weights=True)[1], xt, xt, real),
+        "cross": lambda m: (m(xt, xs, key_padding_mask=src_pad, need_weights=True)[1], xt, xs, real),
+    }
     ratios = {}
     for kind in ATTENTION_KINDS:
         m = copy.deepcopy(net.attention_layers(kind)[0]).eval()
@@ -179,9 +181,15 @@ def init_check(model: Transformer | TransformerConfig, seed: int = 1) -> dict:
     was_training = model.training
     model.eval()  # no dropout: it would draw from the global RNG, and change what is measured
     try:
-        return {"gain": projection_gains(model), "ratio": expected_ratios(model, src, tgt),
-                "ratio_by_layer": attention_residual_ratios(model, src, tgt), "init": model.cfg.init,
-                "init_kv_gain": model.cfg.init_kv_gain, "batch_seed": BATCH_SEED, "draws": DRAWS}
+        return {
+            "gain": projection_gains(model),
+            "ratio": expected_ratios(model, src, tgt),
+            "ratio_by_layer": attention_residual_ratios(model, src, tgt),
+            "init": model.cfg.init,
+            "init_kv_gain": model.cfg.init_kv_gain,
+            "batch_seed": BATCH_SEED,
+            "draws": DRAWS,
+        }
     finally:
         model.train(was_training)
 

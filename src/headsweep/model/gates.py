@@ -21,8 +21,13 @@ from torch import Tensor, nn
 class HardConcreteGate(nn.Module):
     """One gate per head: (B, h) samples in training mode, the deterministic (h,) gate in eval mode."""
 
-    def __init__(self, heads: int, temperature: float = 1 / 3, stretch: tuple[float, float] = (-0.1, 1.1),
-                 init_log_alpha: float = 3.0):
+    def __init__(
+        self,
+        heads: int,
+        temperature: float = 1 / 3,
+        stretch: tuple[float, float] = (-0.1, 1.1),
+        init_log_alpha: float = 3.0,
+    ):
         super().__init__()
         low, high = stretch
         if not (low < 0 and high > 1 and temperature > 0):

@@ -15,8 +15,9 @@ from torch import Tensor
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int,
-                grad_enabled: bool) -> Tensor:
+    def forward(
+        ctx, h: Tensor, weight: Tensor, target: Tensor, smoothing: float, chunk: int, grad_enabled: bool
+    ) -> Tensor:
         n, vocab = h.size(0), weight.size(0)
         w = weight.to(h.dtype)
         acc = torch.promote_types(h.dtype, torch.float32)  # fp32 softmax for bf16 inputs
@@ -52,8 +53,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (grad_h * scale).to(grad_h.dtype), (grad_w * scale).to(ctx.weight_dtype), None, None, None, None
 
 
-def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0,
-                         chunk: int = 256) -> Tensor:
+def linear_cross_entropy(h: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.0, chunk: int = 256) -> Tensor:
     """Mean label-smoothed cross-entropy of logits h @ weight.T against target.
 
     h (N, d) hidden states of the tokens to score (padding already removed), weight (vocab, d),

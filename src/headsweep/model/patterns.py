@@ -33,8 +33,10 @@ def parse_pattern(name: str) -> tuple[str, int]:
     """(kind, window): "left5" -> ("left", 5), "left" -> ("left", 3), "prev" -> ("prev", 1)."""
     m = _PATTERN.fullmatch(str(name))
     if m is None:
-        raise ValueError(f"unknown fixed attention pattern {name!r}: use cur, prev, next, first, last, leftN or "
-                         f"rightN (N tokens, e.g. left3)")
+        raise ValueError(
+            f"unknown fixed attention pattern {name!r}: use cur, prev, next, first, last, leftN or "
+            f"rightN (N tokens, e.g. left3)"
+        )
     return (m.group(1), 1) if m.group(1) else (m.group(2), int(m.group(3) or 3))
 
 

@@ -13,8 +13,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.model.attention import (IMPLS, INITS, KERNELS, KVCache, MultiHeadAttention, check_head_sharing,
-                                       check_init, head_sizes, projection_heads)
+from headsweep.model.attention import (
+    IMPLS,
+    INITS,
+    KERNELS,
+    KVCache,
+    MultiHeadAttention,
+    check_head_sharing,
+    check_init,
+    head_sizes,
+    projection_heads,
+)
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
 from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
 
@@ -106,8 +115,10 @@ class TransformerConfig:
                 raise ValueError(f"model.{e}") from None
         for kind, n in (self.fixed_heads or {}).items():
             if kind not in FIXED_KINDS:
-                raise ValueError(f"model.fixed_heads.{kind}: fixed heads go in {' or '.join(FIXED_KINDS)} (positions "
-                                 "within one sentence; cross-attention's queries and keys are two sentences)")
+                raise ValueError(
+                    f"model.fixed_heads.{kind}: fixed heads go in {' or '.join(FIXED_KINDS)} (positions "
+                    "within one sentence; cross-attention's queries and keys are two sentences)"
+                )
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"model.fixed_heads.{kind}={n!r}: give a number of heads per layer, >= 0")
             try:
@@ -122,13 +133,17 @@ class TransformerConfig:
                 raise ValueError(f"model.fixed_patterns: {e}") from None
         for kind, n in (self.fixed_heads or {}).items():
             if n > len(patterns):
-                raise ValueError(f"model.fixed_heads.{kind}={n} but model.fixed_patterns lists {len(patterns)} "
-                                 "patterns: list one pattern per fixed head")
+                raise ValueError(
+                    f"model.fixed_heads.{kind}={n} but model.fixed_patterns lists {len(patterns)} "
+                    "patterns: list one pattern per fixed head"
+                )
             ahead = [p for p in patterns[:n] if parse_pattern(p)[0] in LOOKS_AHEAD]
             if kind == "dec_self" and ahead:
-                raise ValueError(f"model.fixed_heads.dec_self: patterns {ahead} look at later tokens, which the "
-                                 "decoder may not see: reorder model.fixed_patterns so its first "
-                                 f"{n} use only cur, prev, leftN and first")
+                raise ValueError(
+                    f"model.fixed_heads.dec_self: patterns {ahead} look at later tokens, which the "
+                    "decoder may not see: reorder model.fixed_patterns so its first "
+                    f"{n} use only cur, prev, leftN and first"
+                )
 
     def patterns(self) -> tuple[str, ...]:
         return tuple(DEFAULT_PATTERNS if self.fixed_patterns is None else self.fixed_patterns)
@@ -206,9 +221,19 @@ class Residual(nn.Module):
 
 def _attention(cfg: TransformerConfig, kind: str) -> MultiHeadAttention:
     return MultiHeadAttention(
-        cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v, dropout=cfg.attn_dropout,
-        impl=cfg.impl, kernel=cfg.kernel, head_dropout=cfg.head_dropout, concrete_gates=cfg.concrete_gates,
-        kv_heads=cfg.kv_heads, fixed=cfg.fixed(kind), init=cfg.init, init_kv_gain=cfg.init_kv_gain,
+        cfg.d_model,
+        cfg.heads,
+        cfg.d_k,
+        cfg.d_v,
+        dropout=cfg.attn_dropout,
+        impl=cfg.impl,
+        kernel=cfg.kernel,
+        head_dropout=cfg.head_dropout,
+        concrete_gates=cfg.concrete_gates,
+        kv_heads=cfg.kv_heads,
+        fixed=cfg.fixed(kind),
+        init=cfg.init,
+        init_kv_gain=cfg.init_kv_gain,
     )
 
 
@@ -236,9 +261,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, memory: Tensor, src_pad: Tensor, cache: LayerCache | None = None) -> Tensor:
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache else (None, None)
         x = self.res_self(x, lambda y: self.self_attn(y, causal=True, cache=self_cache)[0])
-        x = self.res_cross(
-            x, lambda y: self.cross_attn(y, memory, key_padding_mask=src_pad, cache=cross_cache)[0]
-        )
+        x = self.res_cross(x, lambda y: self.cross_attn(y, memory, key_padding_mask=src_pad, cache=cross_cache)[0])
         return self.res_ff(x, self.ff)
 
 
@@ -283,9 +306,7 @@ class Transformer(nn.Module):
             x = layer(x, src_pad)
         return self.enc_norm(x), src_pad
 
-    def decode(
-        self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor, cache: list[LayerCache] | None = None
-    ) -> Tensor:
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor, cache: list[LayerCache] | None = None) -> Tensor:
         """tgt_in (B, T) -> logits (B, T, vocab). With a cache, tgt_in holds only the new step(s)."""
         return self.logits(self.decode_hidden(tgt_in, memory, src_pad, cache))
 
@@ -335,8 +356,10 @@ class Transformer(nn.Module):
         """{kind: per layer, per head: is its deterministic gate above zero}; None without gates."""
         if not self.cfg.concrete_gates:
             return None
-        return {kind: [(m.concrete.deterministic() > 0).tolist() for m in self.attention_layers(kind)]
-                for kind in ATTENTION_KINDS}
+        return {
+            kind: [(m.concrete.deterministic() > 0).tolist() for m in self.attention_layers(kind)]
+            for kind in ATTENTION_KINDS
+        }
 
 
 @contextmanager

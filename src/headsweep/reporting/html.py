@@ -53,13 +53,14 @@ function openTarget(){const id=decodeURIComponent(location.hash.slice(1));let el
 window.addEventListener("hashchange",openTarget);openTarget();
 """
 
+
 def page_href(href: str) -> str:
     """A link between the markdown twins (`sweep.md#cell-x`, GitHub's view) as one between the pages
     (`sweep.html#cell-x`); any other link as it is."""
     parts = urlsplit(href)
     if parts.scheme or parts.netloc or not parts.path.endswith(".md"):
         return href
-    return urlunsplit(parts._replace(path=parts.path[:-len(".md")] + ".html"))
+    return urlunsplit(parts._replace(path=parts.path[: -len(".md")] + ".html"))
 
 
 def _links_to_pages(state) -> None:
@@ -80,8 +81,16 @@ def render(markdown: str) -> str:
 
 def page(title: str, markdown: str) -> str:
     """A whole page: the title, the style, the markdown rendered, the script."""
-    return "\n".join([
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title>", f"<style>{STYLE}</style></head><body>",
-        render(markdown), f"<script>{SCRIPT}</script>", "</body></html>", ""])
+    return "\n".join(
+        [
+            "<!doctype html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{html.escape(title)}</title>",
+            f"<style>{STYLE}</style></head><body>",
+            render(markdown),
+            f"<script>{SCRIPT}</script>",
+            "</body></html>",
+            "",
+        ]
+    )

@@ -41,7 +41,7 @@ def fmt_p(p: float | None, bound: bool = False) -> str:
 
 
 def p_words(p: float, bound: bool = False) -> str:
-    """"p = 0.012", "p < 0.001", "p <= 0.002": a p-value in a sentence."""
+    """ "p = 0.012", "p < 0.001", "p <= 0.002": a p-value in a sentence."""
     text = fmt_p(p, bound)
     return f"p {text}" if text[0] in "<>" else f"p = {text}"
 
@@ -52,15 +52,20 @@ def table(header: list[str], rows: list[list], align: bool = False) -> list[str]
     rule = ["---"] * len(header)
     if align:
         rule = ["---:" if rows and all(NUMBER.match(str(r[i])) for r in rows) else ":---" for i in range(len(header))]
-    return ["| " + " | ".join(cell_text(c) for c in header) + " |", "|" + "".join(f"{r}|" for r in rule),
-            *["| " + " | ".join(cell_text(c) for c in row) + " |" for row in rows]]
+    return [
+        "| " + " | ".join(cell_text(c) for c in header) + " |",
+        "|" + "".join(f"{r}|" for r in rule),
+        *["| " + " | ".join(cell_text(c) for c in row) + " |" for row in rows],
+    ]
 
 
 def figure(src: str, caption: str, alt: str | None = None) -> str:
     """An image with its caption, on one line (an HTML block ends at the next blank line)."""
     alt = alt or caption
-    return (f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (
+        f'<figure><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def details(summary: str, body: list[str], anchor: str | None = None) -> list[str]:

@@ -38,15 +38,23 @@ def drawn_ticks(fig) -> list[dict]:
             shown = []
             for minor in (False, True):
                 locs, labels = axis.get_ticklocs(minor=minor), axis.get_ticklabels(minor=minor)
-                shown += [(loc, label) for loc, label in zip(locs, labels) if lo - pad <= loc <= hi + pad
-                          and label.get_visible() and label.get_text().strip()]
+                shown += [
+                    (loc, label)
+                    for loc, label in zip(locs, labels)
+                    if lo - pad <= loc <= hi + pad and label.get_visible() and label.get_text().strip()
+                ]
             shown.sort(key=lambda t: t[0])
             boxes = [label.get_window_extent(renderer) for _, label in shown]
             entry[name] = [label.get_text() for _, label in shown]
-            entry[name + "_overlaps"] = [[shown[i][1].get_text(), shown[j][1].get_text()]
-                                         for i in range(len(shown)) for j in range(i + 1, len(shown))
-                                         if boxes[i].x0 < boxes[j].x1 - 1 and boxes[j].x0 < boxes[i].x1 - 1
-                                         and boxes[i].y0 < boxes[j].y1 - 1 and boxes[j].y0 < boxes[i].y1 - 1]
+            entry[name + "_overlaps"] = [
+                [shown[i][1].get_text(), shown[j][1].get_text()]
+                for i in range(len(shown))
+                for j in range(i + 1, len(shown))
+                if boxes[i].x0 < boxes[j].x1 - 1
+                and boxes[j].x0 < boxes[i].x1 - 1
+                and boxes[i].y0 < boxes[j].y1 - 1
+                and boxes[j].y0 < boxes[i].y1 - 1
+            ]
         found.append(entry)
     return found
 

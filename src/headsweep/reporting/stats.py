@@ -59,7 +59,13 @@ def ols(columns: dict[str, list[float]], y: list[float]) -> dict:
     t = stats.t.ppf(0.975, n - k)
     pvals = 2 * stats.t.sf(np.abs(beta / np.where(se > 0, se, np.inf)), n - k)
     r2 = 1 - (resid @ resid) / max(((y - y.mean()) ** 2).sum(), 1e-12)
-    return {"n": n, "dof": n - k, "r2": float(r2), "sigma": float(math.sqrt(sigma2)),
-            "terms": {name: {"coef": float(b), "se": float(s), "lo": float(b - t * s), "hi": float(b + t * s),
-                             "p": float(pv)}
-                      for name, b, s, pv in zip(["intercept", *columns], beta, se, pvals)}}
+    return {
+        "n": n,
+        "dof": n - k,
+        "r2": float(r2),
+        "sigma": float(math.sqrt(sigma2)),
+        "terms": {
+            name: {"coef": float(b), "se": float(s), "lo": float(b - t * s), "hi": float(b + t * s), "p": float(pv)}
+            for name, b, s, pv in zip(["intercept", *columns], beta, se, pvals)
+        },
+    }

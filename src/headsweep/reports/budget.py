@@ -19,22 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
-from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
-from headsweep.reports.report_plots import cell_curve
-from headsweep.reports.report_table import display, fmt
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
+from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
+from headsweep.reports.report_plots import cell_curve
+from headsweep.reports.report_table import display, fmt
 from headsweep.store import settings_diff
 
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran
 # in fp32 and bf16-mixed). trainer.max_time is no experiment setting (store.EXPERIMENT_KEYS) at all.
 BUDGET_KEYS = ("trainer.max_steps", "trainer.precision")
-METHOD = ("Change in the gap: the interaction coefficient of an ordinary least-squares fit on the per-seed test "
-          "BLEU of the four groups (base and cell, 1x and 2x), BLEU = b0 + b_2x·[2x] + b_cell·[cell] + "
-          "b_int·[2x]·[cell], so b_int = (2x gap) − (1x gap); its 95% CI and two-sided p use t with n − 4 degrees "
-          "of freedom and one seed spread pooled over the four groups. p Holm: Holm's correction over the cells.")
+METHOD = (
+    "Change in the gap: the interaction coefficient of an ordinary least-squares fit on the per-seed test "
+    "BLEU of the four groups (base and cell, 1x and 2x), BLEU = b0 + b_2x·[2x] + b_cell·[cell] + "
+    "b_int·[2x]·[cell], so b_int = (2x gap) − (1x gap); its 95% CI and two-sided p use t with n − 4 degrees "
+    "of freedom and one seed spread pooled over the four groups. p Holm: Holm's correction over the cells."
+)
 
 NO_GAP = "No gap at both budgets: the sweep's base cell (tagged `base`) has no finished runs or no 1x cell."
 
@@ -42,6 +44,7 @@ NO_GAP = "No gap at both budgets: the sweep's base cell (tagged `base`) has no f
 @dataclass
 class Match:
     """A cell of an --against sweep that is a sweep cell at the other budget."""
+
     sweep: str
     cell: Cell
 
@@ -67,8 +70,14 @@ def load(root: Path, sweep: str, hint: str) -> tuple[list[Cell], list[str]]:
 def every_other_sweep(root: Path, sweep: str) -> list[str]:
     """Where the 1x cells are looked for unless --against names sweeps: every sweep folder under root with a
     run in it (results/runs is the store itself, no sweep)."""
-    return [d.name for d in sorted(root.iterdir()) if d.is_dir() and d.name not in (sweep, "runs")
-            and not d.name.startswith(".") and any(not p.name.startswith(".") for p in d.iterdir())]
+    return [
+        d.name
+        for d in sorted(root.iterdir())
+        if d.is_dir()
+        and d.name not in (sweep, "runs")
+        and not d.name.startswith(".")
+        and any(not p.name.startswith(".") for p in d.iterdir())
+    ]
 
 
 def same_but_budget(cell: Cell, other: Cell) -> bool:
@@ -106,8 +115,10 @@ def verdict(name: str, g: dict, n: int, alpha: float = 0.05) -> tuple[str, str]:
         return "held", f"{name}: gap {change}; too few runs for a test): nothing is shown."
     ci = f", 95% CI [{g['lo']:+.2f}, {g['hi']:+.2f}], p Holm {fmt_p(g['p_holm'])})"
     if g["p_holm"] >= alpha:
-        return "held", (f"{name}: the gap held as far as {n} seed{'' if n == 1 else 's'} per cell can tell: {change}{ci} is not "
-                        "significant, which means a change is not shown, not that there is none.")
+        return "held", (
+            f"{name}: the gap held as far as {n} seed{'' if n == 1 else 's'} per cell can tell: {change}{ci} is not "
+            "significant, which means a change is not shown, not that there is none."
+        )
     word = "shrank" if g["change"] * g["gap1"] < 0 else "grew"
     flipped = " and changed sign" if word == "shrank" and g["gap1"] * g["gap2"] < 0 else ""
     return word, f"{name}: the gap {word}{flipped} with the budget: {change}{ci}."
@@ -119,14 +130,21 @@ def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, row in enumerate(rows):
         one = row["one"]
-        for cell, style, tag in ((row["cell"], "-", f"2x ({steps(row['cell'])} steps)"),
-                                 (one.cell, "--", f"1x ({steps(one.cell)} steps, {one.sweep}, {precision(one.cell)})")):
+        for cell, style, tag in (
+            (row["cell"], "-", f"2x ({steps(row['cell'])} steps)"),
+            (one.cell, "--", f"1x ({steps(one.cell)} steps, {one.sweep}, {precision(one.cell)})"),
+        ):
             for ax, metric in zip(axes, ("val/bleu", "val/loss")):
                 x, mean, sd = cell_curve(cell, metric)
                 if x:
                     ax.plot(x, mean, style, marker="o", ms=3, color=f"C{i % 10}", label=f"{display(row['cell'])} {tag}")
-                    ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                                    color=f"C{i % 10}", alpha=0.12)
+                    ax.fill_between(
+                        x,
+                        [m - s for m, s in zip(mean, sd)],
+                        [m + s for m, s in zip(mean, sd)],
+                        color=f"C{i % 10}",
+                        alpha=0.12,
+                    )
     for ax, name in zip(axes, ("val BLEU (greedy)", "val loss (NLL per subword)")):
         ax.set(xlabel="training step", ylabel=name)
         ax.grid(alpha=0.3)
@@ -136,8 +154,10 @@ def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
     path = out / f"{sweep}-budget-curves.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)
-    return path, ("Val BLEU (greedy) and val loss against training step: one colour per cell, the longer budget "
-                  "solid, the same cell at the shorter budget dashed; mean ± sd over the seeds that validated there.")
+    return path, (
+        "Val BLEU (greedy) and val loss against training step: one colour per cell, the longer budget "
+        "solid, the same cell at the shorter budget dashed; mean ± sd over the seeds that validated there."
+    )
 
 
 def p_text(p: float | None) -> str:
@@ -147,9 +167,13 @@ def p_text(p: float | None) -> str:
 def capped(rows: list[dict]) -> list[str]:
     """Runs the time cap stopped before trainer.max_steps: they trained less than their budget says."""
     cells = [c for r in rows for c in (r["cell"], r["one"].cell)]
-    return [f"{r.dir.parent.name}/{r.dir.name}: stopped at step {r.results['metrics'].get('train/steps'):.0f} of "
-            f"{steps(c)} (trainer.max_time)" for c in cells for r in c.runs
-            if r.results["metrics"].get("train/steps", steps(c)) < steps(c)]
+    return [
+        f"{r.dir.parent.name}/{r.dir.name}: stopped at step {r.results['metrics'].get('train/steps'):.0f} of "
+        f"{steps(c)} (trainer.max_time)"
+        for c in cells
+        for r in c.runs
+        if r.results["metrics"].get("train/steps", steps(c)) < steps(c)
+    ]
 
 
 def bleu(cell: Cell) -> str:
@@ -166,15 +190,25 @@ def compare(cells: list[Cell], against: list[tuple[str, list[Cell]]]) -> tuple[l
     for c in cells:
         one = pick(found[c.label], precision(c))
         if one is None:
-            missing.append(f"{c.label}: no cell of {', '.join(s for s, _ in against)} with the same settings at "
-                           "another budget; left out.")
+            missing.append(
+                f"{c.label}: no cell of {', '.join(s for s, _ in against)} with the same settings at "
+                "another budget; left out."
+            )
             continue
-        row = {"cell": c, "one": one, "gain": mean_sd(c.values("test/bleu"))[0] - mean_sd(one.cell.values("test/bleu"))[0]}
+        row = {
+            "cell": c,
+            "one": one,
+            "gain": mean_sd(c.values("test/bleu"))[0] - mean_sd(one.cell.values("test/bleu"))[0],
+        }
         base_one = pick(found[base.label], precision(one.cell), one.sweep) if base and c is not base else None
         if base_one is not None and base in [r["cell"] for r in rows]:  # group_cells puts the base first
             row["base_one"] = base_one
-            row["gap"] = gap_change(base_one.cell.values("test/bleu"), one.cell.values("test/bleu"),
-                                    base.values("test/bleu"), c.values("test/bleu"))
+            row["gap"] = gap_change(
+                base_one.cell.values("test/bleu"),
+                one.cell.values("test/bleu"),
+                base.values("test/bleu"),
+                c.values("test/bleu"),
+            )
         rows.append(row)
     gapped = [r["gap"] for r in rows if "gap" in r]
     for g, p in zip(gapped, holm([g["p"] for g in gapped])):
@@ -185,8 +219,16 @@ def compare(cells: list[Cell], against: list[tuple[str, list[Cell]]]) -> tuple[l
 def markdown(sweep: str, rows: list[dict], lines_out: list[str], png: tuple[Path, str]) -> tuple[str, str]:
     head = f"{sweep}: the cost of narrow heads at 1x and 2x the training steps"
     cells = [["cell", "1x from (sweep/cell)", "test BLEU 1x", "test BLEU 2x", "gain from 2x"]]
-    cells += [[display(r["cell"]), f"{r['one'].sweep}/{r['one'].cell.label}", bleu(r["one"].cell), bleu(r["cell"]),
-               f"{r['gain']:+.2f}"] for r in rows]
+    cells += [
+        [
+            display(r["cell"]),
+            f"{r['one'].sweep}/{r['one'].cell.label}",
+            bleu(r["one"].cell),
+            bleu(r["cell"]),
+            f"{r['gain']:+.2f}",
+        ]
+        for r in rows
+    ]
     gaps = [["cell", "base 1x from", "gap 1x", "gap 2x", "change", "95% CI", "p", "p Holm", "verdict"]]
     said = []
     for r in (r for r in rows if "gap" in r):
@@ -194,21 +236,45 @@ def markdown(sweep: str, rows: list[dict], lines_out: list[str], png: tuple[Path
         word, sentence = verdict(display(r["cell"]), g, n)
         said.append(sentence)
         ci = "—" if g["lo"] is None else f"[{g['lo']:+.2f}, {g['hi']:+.2f}]"
-        gaps.append([display(r["cell"]), f"{r['base_one'].sweep} ({precision(r['base_one'].cell)})",
-                     f"{g['gap1']:+.2f}", f"{g['gap2']:+.2f}", f"{g['change']:+.2f}", ci, p_text(g["p"]),
-                     p_text(g["p_holm"]), word])
+        gaps.append(
+            [
+                display(r["cell"]),
+                f"{r['base_one'].sweep} ({precision(r['base_one'].cell)})",
+                f"{g['gap1']:+.2f}",
+                f"{g['gap2']:+.2f}",
+                f"{g['change']:+.2f}",
+                ci,
+                p_text(g["p"]),
+                p_text(g["p_holm"]),
+                word,
+            ]
+        )
     mixed = any(precision(r["cell"]) != precision(r["one"].cell) for r in rows)
     budgets = sorted({steps(r["one"].cell) for r in rows})
-    md = [f"# {head}", "", f"2x: {sweep}, {steps(rows[0]['cell'])} steps; 1x: {', '.join(map(str, budgets))} steps. "
-          "Test BLEU (beam 4), mean ± sd over seeds. 1x: the same cell (every setting but "
-          "trainer.max_steps, trainer.max_time and the precision) in the sweep named; where several match, the one "
-          "of the 2x runs' precision. Gap: the cell's mean minus the base's at that budget.", "",
-          *table(cells[0], cells[1:], align=True), "", *table(gaps[0], gaps[1:], align=True), "",
-          "## What the numbers say", "", *[f"- {s}" for s in said or [NO_GAP]], ""]
+    md = [
+        f"# {head}",
+        "",
+        f"2x: {sweep}, {steps(rows[0]['cell'])} steps; 1x: {', '.join(map(str, budgets))} steps. "
+        "Test BLEU (beam 4), mean ± sd over seeds. 1x: the same cell (every setting but "
+        "trainer.max_steps, trainer.max_time and the precision) in the sweep named; where several match, the one "
+        "of the 2x runs' precision. Gap: the cell's mean minus the base's at that budget.",
+        "",
+        *table(cells[0], cells[1:], align=True),
+        "",
+        *table(gaps[0], gaps[1:], align=True),
+        "",
+        "## What the numbers say",
+        "",
+        *[f"- {s}" for s in said or [NO_GAP]],
+        "",
+    ]
     if mixed:
-        md += ["Precision differs between the budgets: each gap is measured within one precision (the base's 1x "
-               "is taken from the cell's 1x sweep), so the change compares two within-precision gaps; the gain "
-               "from 2x mixes budget and precision.", ""]
+        md += [
+            "Precision differs between the budgets: each gap is measured within one precision (the base's 1x "
+            "is taken from the cell's 1x sweep), so the change compares two within-precision gaps; the gain "
+            "from 2x mixes budget and precision.",
+            "",
+        ]
     md += ["## Figure", "", figure(png[0].name, f"Figure 1. {png[1]}"), "", "## Method", "", METHOD, ""]
     md += ["Left out:", "", *[f"- {line}" for line in lines_out], ""] if lines_out else []
     return head, "\n".join(md)
@@ -223,8 +289,10 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
         left_out += lo
     rows, missing = compare(cells, others)
     if not rows:
-        raise ReportError(f"no cell of {sweep} ({steps(cells[0])} steps) has a cell with the same settings at another "
-                          f"budget in {', '.join(against)}: --against names sweeps of the same cells at other steps")
+        raise ReportError(
+            f"no cell of {sweep} ({steps(cells[0])} steps) has a cell with the same settings at another "
+            f"budget in {', '.join(against)}: --against names sweeps of the same cells at other steps"
+        )
     out.mkdir(parents=True, exist_ok=True)
     png = curves_png(sweep, rows, out)
     head, md = markdown(sweep, rows, missing + capped(rows) + left_out, png)
@@ -238,15 +306,21 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", default="heads_budget_2x", help="the sweep at the longer budget")
-    parser.add_argument("--against", default=None,
-                        help="comma-separated sweeps holding the same cells at the shorter budget, preferred first "
-                             "(default: every other sweep under --root)")
+    parser.add_argument(
+        "--against",
+        default=None,
+        help="comma-separated sweeps holding the same cells at the shorter budget, preferred first "
+        "(default: every other sweep under --root)",
+    )
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args(argv)
     try:
-        against = ([s for s in args.against.split(",") if s] if args.against is not None
-                   else every_other_sweep(args.root, args.sweep))
+        against = (
+            [s for s in args.against.split(",") if s]
+            if args.against is not None
+            else every_other_sweep(args.root, args.sweep)
+        )
         paths = write(args.root, args.sweep, against, args.out)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from headsweep.sweeps.specs import follows_heads
-from headsweep.sweeps.paper import COLUMNS
 from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
+from headsweep.sweeps.paper import COLUMNS
+from headsweep.sweeps.specs import follows_heads
 from headsweep.training.checks import default_cell
 
 
@@ -24,7 +24,7 @@ class ReportError(ValueError):
 class Run:
     dir: Path
     results: dict
-    flat: dict                # the config's leaf values by dotted key (d_k/d_v as the model uses them)
+    flat: dict  # the config's leaf values by dotted key (d_k/d_v as the model uses them)
     cell: str
     seed: int
     base: bool
@@ -79,8 +79,11 @@ def as_run(d: Path, results: dict) -> Run:
     cfg = results["config"]
     tags = cfg.get("tags") or []
     # the cell tag first: a run another sweep made and this one adopted keeps its old `cell` key
-    cell = next((t[len("cell-"):] for t in tags if t.startswith("cell-")), None) or cfg.get("cell") \
+    cell = (
+        next((t[len("cell-") :] for t in tags if t.startswith("cell-")), None)
+        or cfg.get("cell")
         or default_cell(results.get("run_name") or d.name)
+    )
     return Run(d, results, flatten_config(OmegaConf.create(cfg)), cell, cfg["seed"], "base" in tags)
 
 
@@ -137,9 +140,13 @@ def varied_keys(cells: list[Cell]) -> list[str]:
     for k in cells[0].runs[0].flat:
         # where the data come from is no setting (store.NOT_EXPERIMENT); a key that only newer runs record and
         # flatten_config has no old behaviour for is not one either (a copied older run has none of it)
-        if k.startswith(BOOKKEEPING) or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT or k not in every \
-                or any(names_the_run(r, r.flat.get(k)) for c in cells for r in c.runs) \
-                or follows_heads(k, [r.flat for c in cells for r in c.runs]):
+        if (
+            k.startswith(BOOKKEEPING)
+            or ".".join(k.split(".")[:2]) in NOT_EXPERIMENT
+            or k not in every
+            or any(names_the_run(r, r.flat.get(k)) for c in cells for r in c.runs)
+            or follows_heads(k, [r.flat for c in cells for r in c.runs])
+        ):
             continue
         per_cell = [{repr(r.flat.get(k)) for r in c.runs} for c in cells]
         if all(len(v) == 1 for v in per_cell) and len(set.union(*per_cell)) > 1:

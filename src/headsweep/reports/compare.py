@@ -27,8 +27,7 @@ MEASURES = (
     ("prunable", "prunable", "{:.0%}", "more heads prunable", "fewer heads prunable"),
     ("kept_area", "BLEU kept (area)", "{:.0%}", "a flatter pruning curve", "a steeper pruning curve"),
     ("evenness", "importance evenness", "{:.3f}", "importance spread more evenly", "importance less even"),
-    ("importance_cv", "importance CV", "{:.3f}", "importance less even (higher CV)",
-     "importance more even (lower CV)"),
+    ("importance_cv", "importance CV", "{:.3f}", "importance less even (higher CV)", "importance more even (lower CV)"),
     ("mean_js", "mean JS (bits)", "{:.3f}", "heads further apart (less redundant)", "heads closer (more redundant)"),
     ("near_duplicates", "near-duplicate heads", "{:.1f}", "more near-duplicate heads", "fewer near-duplicate heads"),
 )
@@ -61,9 +60,16 @@ def specialisation(a: dict) -> dict[str, float]:
         "evenness": statistics.fmean(_evenness(s) for s in layers),
         "importance_cv": statistics.fmean(_cv(s) for s in layers),
         "mean_js": statistics.fmean(k["mean_js_bits"] for k in red.values()) if red else math.nan,
-        "near_duplicates": float(sum(not pattern_of(a.get("fixed_heads"), kind, int(name.rsplit("H", 1)[1]))
-                                     for kind, k in red.items() for g in k.get("groups", []) for name in g))
-        if red else math.nan,
+        "near_duplicates": float(
+            sum(
+                not pattern_of(a.get("fixed_heads"), kind, int(name.rsplit("H", 1)[1]))
+                for kind, k in red.items()
+                for g in k.get("groups", [])
+                for name in g
+            )
+        )
+        if red
+        else math.nan,
     }
 
 
@@ -89,8 +95,16 @@ def comparisons(groups: dict[str, list[dict]], base_name: str) -> list[dict]:
             cell = [v for v in (r[key] for r in groups[name]) if not math.isnan(v)]
             if base and cell:
                 constant = len(set(base)) == 1 and len(set(cell)) == 1  # no spread at all: nothing to test against
-                out.append({"cell": name, "base": base_name, "measure": key, "base_values": base,
-                            "values": cell, "p": None if constant else seed_test(base, cell)})
+                out.append(
+                    {
+                        "cell": name,
+                        "base": base_name,
+                        "measure": key,
+                        "base_values": base,
+                        "values": cell,
+                        "p": None if constant else seed_test(base, cell),
+                    }
+                )
     for c, p in zip(out, holm([c["p"] for c in out])):
         c["p_holm"] = p
     return out
@@ -111,19 +125,27 @@ def verdict_words(found: list[dict], alpha: float = 0.05) -> list[str]:
             if c["p"] is not None:
                 p = f"Welch p {fmt_p(c['p'])}, Holm {fmt_p(c['p_holm'])}"
             else:
-                p = "one seed in a cell: no spread, no test" if min(len(c["values"]), len(c["base_values"])) < 2 \
+                p = (
+                    "one seed in a cell: no spread, no test"
+                    if min(len(c["values"]), len(c["base_values"])) < 2
                     else "no seed spread: no test"
+                )
             parts.append(f"{said} ({_pm(m1, s1, fmt)} vs {_pm(m0, s0, fmt)}; {p})")
             if c["p_holm"] is not None and c["p_holm"] < alpha:
                 real.append(said)
         n1, n0 = len(these[0]["values"]), len(these[0]["base_values"])
         tested = any(c["p"] is not None for c in these)
-        tail = (f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}." if real else
-                f"None of these differences is larger than the seed spread after Holm (p < {alpha:g})." if tested
-                else "Nothing was tested: a seed spread needs two analysed seeds in each cell.")
+        tail = (
+            f"Larger than the seed spread after Holm (p < {alpha:g}): {', '.join(real)}."
+            if real
+            else f"None of these differences is larger than the seed spread after Holm (p < {alpha:g})."
+            if tested
+            else "Nothing was tested: a seed spread needs two analysed seeds in each cell."
+        )
         seeds = lambda n: f"{n} seed" + ("" if n == 1 else "s")  # noqa: E731
-        words.append(f"{name} against {these[0]['base']} ({seeds(n1)} vs {seeds(n0)}): "
-                     + "; ".join(parts) + ". " + tail)
+        words.append(
+            f"{name} against {these[0]['base']} ({seeds(n1)} vs {seeds(n0)}): " + "; ".join(parts) + ". " + tail
+        )
     return words
 
 
@@ -147,8 +169,10 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
     title = "## Head analysis: importance, pruning, redundancy by cell"
     groups, skipped = _load(run_dirs)
     if not groups:
-        return (f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
-                "`make analyze CKPT=<run dir>` for each run of the sweep.\n")
+        return (
+            f"{title}\n\nNo run has `analysis/analysis.json` yet: run "
+            "`make analyze CKPT=<run dir>` for each run of the sweep.\n"
+        )
     analyses = [a for runs in groups.values() for a in runs]
     png = _plot_curves(groups, analyses[0]["pruning"]["fractions"], Path(out_dir) / f"{sweep}_pruning.png")
     measured = {name: [specialisation(a) for a in runs] for name, runs in groups.items()}
@@ -162,10 +186,14 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
 
     s = analyses[0]["settings"]
     compared = base in groups and len(groups) > 1
-    against = (f", each cell against {base} (Welch's t-test over seeds, Holm-corrected over every comparison "
-               "below)") if compared else ""
+    against = (
+        (f", each cell against {base} (Welch's t-test over seeds, Holm-corrected over every comparison below)")
+        if compared
+        else ""
+    )
     lines = [
-        title, "",
+        title,
+        "",
         f"Per run, on the first {s['sentences_decoded']} sentences of `{analyses[0]['split']}` (greedy BLEU): heads "
         f"removed in order of increasing importance (Michel et al. 2019) over all attention kinds, {s['step']:.0%} "
         f"per step. **Prunable**: the largest share removed before BLEU first falls more than {s['tolerance']:g} "
@@ -176,13 +204,23 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
         f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind (learned heads only: copies "
         "of a fixed pattern are twins by construction). Mean ± sd over "
-        f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.", "",
-        figure(png.name, "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
-               f"attention kinds, one line per cell, {seeds_words(groups)}."), "",
+        f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.",
+        "",
+        figure(
+            png.name,
+            "Pruning curves: BLEU as heads are removed in order of increasing importance, over all "
+            f"attention kinds, one line per cell, {seeds_words(groups)}.",
+        ),
+        "",
     ]
     lines += [*table(["cell", "runs", *[col for _, col, *_ in MEASURES]], rows), ""]
-    words = verdict_words(comparisons(measured, base)) if compared else [] if base in groups else \
-        [f"No run of the base cell{f' ({base})' if base else ''} is analysed: no cell is compared with it."]
+    words = (
+        verdict_words(comparisons(measured, base))
+        if compared
+        else []
+        if base in groups
+        else [f"No run of the base cell{f' ({base})' if base else ''} is analysed: no cell is compared with it."]
+    )
     lines += [f"- {w}" for w in words + _twin_words(analyses)] + [""]
     lines += fixed_vs_learned_lines(groups, base if base in groups else None)
     if skipped:
@@ -218,11 +256,17 @@ def _twin_words(analyses: list[dict]) -> list[str]:
                 per_kind.setdefault(kind, []).append(rho)
     if not per_kind:
         return []
-    said = ", ".join(f"{KIND_NAMES[kind]} {statistics.fmean(r):+.2f}" + (f" ± {statistics.stdev(r):.2f}" if len(r) > 1 else "")
-                     + f" (n = {len(r)})" for kind, r in per_kind.items())
-    return ["Does redundancy predict cheap pruning? Spearman's ρ between a head's JS to its nearest twin and the "
-            f"loss increase when it alone is removed (whole split), mean ± sd over runs: {said} (ρ > 0: heads with a "
-            "near twin cost less)."]
+    said = ", ".join(
+        f"{KIND_NAMES[kind]} {statistics.fmean(r):+.2f}"
+        + (f" ± {statistics.stdev(r):.2f}" if len(r) > 1 else "")
+        + f" (n = {len(r)})"
+        for kind, r in per_kind.items()
+    )
+    return [
+        "Does redundancy predict cheap pruning? Spearman's ρ between a head's JS to its nearest twin and the "
+        f"loss increase when it alone is removed (whole split), mean ± sd over runs: {said} (ρ > 0: heads with a "
+        "near twin cost less)."
+    ]
 
 
 def seeds_words(groups: dict[str, list]) -> str:
@@ -242,11 +286,17 @@ def _plot_curves(groups: dict[str, list[dict]], grid: list[float], png: Path) ->
     for name, runs in groups.items():
         curves = [a["pruning"]["pools"]["all"]["importance"]["bleu"] for a in runs]
         mean = [statistics.fmean(c) for c in zip(*curves)]
-        line, = ax.plot(xs, mean, "o-", ms=3, label=f"{name} (n={len(curves)})")
+        (line,) = ax.plot(xs, mean, "o-", ms=3, label=f"{name} (n={len(curves)})")
         if len(curves) > 1:
             sd = [statistics.stdev(c) for c in zip(*curves)]
-            ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
-                            color=line.get_color(), alpha=0.15, lw=0)
+            ax.fill_between(
+                xs,
+                [m - d for m, d in zip(mean, sd)],
+                [m + d for m, d in zip(mean, sd)],
+                color=line.get_color(),
+                alpha=0.15,
+                lw=0,
+            )
     ax.set_xlabel("heads removed, all attention kinds (%)")
     ax.set_ylabel("BLEU")
     ax.set_title(f"pruning by importance, {seeds_words(groups)}", fontsize=9)

@@ -32,16 +32,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.config import compose
-from headsweep.reports.cells import ReportError, load_runs
-from headsweep.store import flatten_config
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure as md_figure
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
-from headsweep.store import RUNS, model_key
+from headsweep.reports.cells import ReportError, load_runs
+from headsweep.store import RUNS, flatten_config, model_key
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
 # May differ between the cells of the fit: the sizes, what follows from them, and how a run was recorded.
@@ -62,8 +61,9 @@ class Point:
 
 
 def _settings(flat: dict) -> dict:
-    return {k: v for k, v in flat.items() if k.startswith(SETTINGS) and k not in FREE
-            and not k.startswith("module.model.")}
+    return {
+        k: v for k, v in flat.items() if k.startswith(SETTINGS) and k not in FREE and not k.startswith("module.model.")
+    }
 
 
 def read(root: Path, sweeps: list[str]) -> dict[str, tuple[list, list]]:
@@ -89,15 +89,20 @@ PROTOCOL = ("model.init", "module.decay_by")
 
 def protocol_of(loaded: dict[str, tuple[list, list]], init: str | None = None) -> dict:
     """The protocol most runs of the view trained under, or the most common one with model.init `init`."""
-    counts = Counter(tuple(r.flat.get(k) for k in PROTOCOL) for runs, _ in loaded.values() for r in runs
-                     if init is None or r.flat.get("model.init") == init)
+    counts = Counter(
+        tuple(r.flat.get(k) for k in PROTOCOL)
+        for runs, _ in loaded.values()
+        for r in runs
+        if init is None or r.flat.get("model.init") == init
+    )
     if not counts:
         raise ReportError(f"no run of the view trained with model.init={init}: drop --init, or run such a sweep")
     return dict(zip(PROTOCOL, counts.most_common(1)[0][0]))
 
 
-def collect(root: Path, sweeps: list[str], loaded: dict | None = None,
-            protocol: dict | None = None) -> tuple[list[Point], list[str]]:
+def collect(
+    root: Path, sweeps: list[str], loaded: dict | None = None, protocol: dict | None = None
+) -> tuple[list[Point], list[str]]:
     """Each run of the sweeps that fits the view (the default model under `protocol`, by default the most
     common one), and one line per run left out (and why)."""
     loaded = loaded or read(root, sweeps)
@@ -126,8 +131,18 @@ def collect(root: Path, sweeps: list[str], loaded: dict | None = None,
                 left_out.append(f"{sweep}/{r.dir.name}: the same run as {seen[same]}")
                 continue
             seen[same] = f"{sweep}/{r.dir.name}"
-            points.append(Point(sweep, r.dir.name, f["model.heads"], f["model.d_k"], f["model.d_v"], f["model.d_model"],
-                                str(f.get("trainer.precision")), r.results["metrics"]["test/bleu"]))
+            points.append(
+                Point(
+                    sweep,
+                    r.dir.name,
+                    f["model.heads"],
+                    f["model.d_k"],
+                    f["model.d_v"],
+                    f["model.d_model"],
+                    str(f.get("trainer.precision")),
+                    r.results["metrics"]["test/bleu"],
+                )
+            )
     return points, left_out
 
 
@@ -139,18 +154,22 @@ def check_budget(loaded: dict[str, tuple[list, list]]) -> int:
             steps.setdefault(r.flat["trainer.max_steps"], f"{sweep}/{r.dir.name}")
     if len(steps) > 1:
         found = ", ".join(f"{n} steps ({run})" for n, run in steps.items())
-        raise ReportError(f"the sweeps ran different budgets: {found}; compare sweeps of one budget "
-                          "(drop the others from --sweeps)")
+        raise ReportError(
+            f"the sweeps ran different budgets: {found}; compare sweeps of one budget (drop the others from --sweeps)"
+        )
     return next(iter(steps), 0)
 
 
 def fit(points: list[Point]) -> dict:
     """Ordinary least squares on every run; coefficients with 95% CIs (t with n - p degrees of freedom).
     A size that does not vary among the runs is left out of the model."""
-    cols = {"log2 h": [math.log2(p.h) for p in points], "log2 d_k": [math.log2(p.d_k) for p in points],
-            "log2 d_model": [math.log2(p.d_model) for p in points],
-            # sweeps of different precisions (a sweep never mixes them): the offset is estimated, not assumed 0
-            "bf16 (vs fp32)": [float(p.precision.startswith("bf16")) for p in points]}
+    cols = {
+        "log2 h": [math.log2(p.h) for p in points],
+        "log2 d_k": [math.log2(p.d_k) for p in points],
+        "log2 d_model": [math.log2(p.d_model) for p in points],
+        # sweeps of different precisions (a sweep never mixes them): the offset is estimated, not assumed 0
+        "bf16 (vs fp32)": [float(p.precision.startswith("bf16")) for p in points],
+    }
     used = {t: v for t, v in cols.items() if len(set(v)) > 1}
     if len(points) <= len(used) + 1:
         raise ReportError(f"{len(points)} runs cannot fit {len(used) + 1} coefficients: finish more cells first")
@@ -186,26 +205,38 @@ def fit_without_each_cell(points: list[Point]) -> dict[str, dict]:
         if not moved:
             continue
         low, high = min(moved, key=lambda m: m[0]["coef"]), max(moved, key=lambda m: m[0]["coef"])
-        out[term] = {"coef": full[term]["coef"], "low": low[0], "low_cell": low[1], "high": high[0],
-                     "high_cell": high[1]}
+        out[term] = {
+            "coef": full[term]["coef"],
+            "low": low[0],
+            "low_cell": low[1],
+            "high": high[0],
+            "high_cell": high[1],
+        }
     return out
 
 
 def influence_lines(moves: dict[str, dict]) -> list[str]:
     if not moves:
         return []
-    lines = ["", "## How far one cell moves the fit", "",
-             "Each size term fitted again with the runs of one cell (all its seeds) left out, for every cell in "
-             "turn: the lowest and highest coefficient it takes, with its 95% CI and the cell left out. Where "
-             "the range crosses zero, or the CI excludes zero at one end only, one cell decides the reading.", "",
-             "| term | every run | lowest (cell left out) | highest (cell left out) |", "|---|---:|---|---|"]
+    lines = [
+        "",
+        "## How far one cell moves the fit",
+        "",
+        "Each size term fitted again with the runs of one cell (all its seeds) left out, for every cell in "
+        "turn: the lowest and highest coefficient it takes, with its 95% CI and the cell left out. Where "
+        "the range crosses zero, or the CI excludes zero at one end only, one cell decides the reading.",
+        "",
+        "| term | every run | lowest (cell left out) | highest (cell left out) |",
+        "|---|---:|---|---|",
+    ]
 
     def one(t: dict, cell: tuple) -> str:
         return f"{t['coef']:+.2f} [{t['lo']:+.2f}, {t['hi']:+.2f}] ({cell_label(cell)})"
 
     for term, m in moves.items():
-        lines.append(f"| {term} | {m['coef']:+.2f} | {one(m['low'], m['low_cell'])} | "
-                     f"{one(m['high'], m['high_cell'])} |")
+        lines.append(
+            f"| {term} | {m['coef']:+.2f} | {one(m['low'], m['low_cell'])} | {one(m['high'], m['high_cell'])} |"
+        )
     return lines
 
 
@@ -227,11 +258,19 @@ def best_h_by_width(points: list[Point], alpha: float = 0.05) -> list[dict]:
             continue
         best = max(cells, key=lambda h: statistics.fmean(cells[h]))
         p_vs_best = {h: seed_test(cells[best], v) for h, v in cells.items() if h != best}
-        out.append({"d_model": dm, "precision": precision, "best": best,
-                    "cells": {h: {"mean": mean_sd(v)[0], "sd": mean_sd(v)[1], "n": len(v)} for h, v in sorted(cells.items())},
-                    "p_vs_best": p_vs_best,
-                    "level": sorted(h for h, p in p_vs_best.items() if p is None or p >= alpha),
-                    "others": sorted(by_precision.keys() - {precision})})
+        out.append(
+            {
+                "d_model": dm,
+                "precision": precision,
+                "best": best,
+                "cells": {
+                    h: {"mean": mean_sd(v)[0], "sd": mean_sd(v)[1], "n": len(v)} for h, v in sorted(cells.items())
+                },
+                "p_vs_best": p_vs_best,
+                "level": sorted(h for h, p in p_vs_best.items() if p is None or p >= alpha),
+                "others": sorted(by_precision.keys() - {precision}),
+            }
+        )
     return out
 
 
@@ -239,25 +278,39 @@ def best_h_lines(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     hs = sorted({h for r in rows for h in r["cells"]})
-    lines = ["## The best h at each width (row A: d_k = d_v = d_model / h)", "",
-             "Test BLEU, mean ± sd (seeds); each width in one precision; p: Welch's t-test over the seeds of each h "
-             "against the best h of its width; level: the h whose seeds it cannot tell from the best.", "",
-             "| d_model | precision | " + " | ".join(f"h = {h}" for h in hs) + " | best h (d_k) | h level with the best "
-             "(p ≥ 0.05) |", "|---:|---|" + "---:|" * len(hs) + "---|---|"]
+    lines = [
+        "## The best h at each width (row A: d_k = d_v = d_model / h)",
+        "",
+        "Test BLEU, mean ± sd (seeds); each width in one precision; p: Welch's t-test over the seeds of each h "
+        "against the best h of its width; level: the h whose seeds it cannot tell from the best.",
+        "",
+        "| d_model | precision | " + " | ".join(f"h = {h}" for h in hs) + " | best h (d_k) | h level with the best "
+        "(p ≥ 0.05) |",
+        "|---:|---|" + "---:|" * len(hs) + "---|---|",
+    ]
     for r in rows:
         cells = []
         for h in hs:
             c = r["cells"].get(h)
             p = r["p_vs_best"].get(h)
-            cells.append("—" if c is None else f"{c['mean']:.2f} ± {c['sd']:.2f} ({c['n']})"
-                         + ("" if h == r["best"] or p is None else f"<br>p {fmt_p(p)}"))  # two lines: fits the page
+            cells.append(
+                "—"
+                if c is None
+                else f"{c['mean']:.2f} ± {c['sd']:.2f} ({c['n']})"
+                + ("" if h == r["best"] or p is None else f"<br>p {fmt_p(p)}")
+            )  # two lines: fits the page
         level = ", ".join(map(str, r["level"])) or "none"
-        lines.append(f"| {r['d_model']} | {r['precision']} | " + " | ".join(cells)
-                     + f" | **{r['best']}** ({r['d_model'] // r['best']}) | {level} |")
+        lines.append(
+            f"| {r['d_model']} | {r['precision']} | "
+            + " | ".join(cells)
+            + f" | **{r['best']}** ({r['d_model'] // r['best']}) | {level} |"
+        )
     skipped = [f"d_model {r['d_model']}: {', '.join(r['others'])}" for r in rows if r["others"]]
     if skipped:
-        lines += ["", "Row A cells in another precision, left out of this table (not of the fit): "
-                  + "; ".join(skipped) + "."]
+        lines += [
+            "",
+            "Row A cells in another precision, left out of this table (not of the fit): " + "; ".join(skipped) + ".",
+        ]
     return [""] + lines
 
 
@@ -268,7 +321,9 @@ def best_h_figure(rows: list[dict], path: Path) -> Path:
     for r in rows:
         hs = list(r["cells"])
         means, sds = [r["cells"][h]["mean"] for h in hs], [r["cells"][h]["sd"] or 0.0 for h in hs]
-        line = ax.errorbar(hs, means, yerr=sds, marker="o", capsize=3, label=f"d_model {r['d_model']} ({r['precision']})")
+        line = ax.errorbar(
+            hs, means, yerr=sds, marker="o", capsize=3, label=f"d_model {r['d_model']} ({r['precision']})"
+        )
         ax.plot([r["best"]], [r["cells"][r["best"]]["mean"]], "o", ms=13, mfc="none", color=line[0].get_color())
     ax.set_xscale("log", base=2)
     ax.set_xlabel("heads h (d_k = d_v = d_model / h)")
@@ -313,23 +368,39 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
     steps = check_budget(loaded)
     protocol = protocol_of(loaded, init)
     points, left_out = collect(root, sweeps, loaded, protocol)
-    why = (f"--init {init}" if init else "the protocol most runs of the view share") + \
-        "; `make explain ARGS='--init xavier'` or `'--init fan_in'` fits one"
+    why = (
+        f"--init {init}" if init else "the protocol most runs of the view share"
+    ) + "; `make explain ARGS='--init xavier'` or `'--init fan_in'` fits one"
     result = fit(points)
     out.mkdir(parents=True, exist_ok=True)
     png = figure(points, out / "explain-bleu-dk.png")
     precisions = sorted({p.precision for p in points})
-    lines = [f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)", "",
-             f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells, every one trained under "
-             f"{', '.join(f'{k} {v}' for k, v in protocol.items())} ({why}; runs of another protocol are left out, "
-             "below); "
-             f"precision {', '.join(precisions)}" + (" (mixed across sweeps, never within one: the fit has a term "
-                                                     "for it; see docs/throughput.md)" if len(precisions) > 1 else ""),
-             "", md_figure(png.name, "Figure 1. Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the "
-                           "query/key width per head; coloured by h, marked by d_model."), "",
-             "Least squares on every run (seeds as replicates): BLEU = b0 + b_h log2 h + b_dk log2 d_k + "
-             "b_dm log2 d_model (+ b_bf16 where the sweeps' precisions differ); a size that does not vary is left "
-             "out.", "", "| term | coefficient (BLEU per doubling; bf16: offset) | 95% CI | p |", "|---|---:|---:|---:|"]
+    lines = [
+        f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)",
+        "",
+        f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells, every one trained under "
+        f"{', '.join(f'{k} {v}' for k, v in protocol.items())} ({why}; runs of another protocol are left out, "
+        "below); "
+        f"precision {', '.join(precisions)}"
+        + (
+            " (mixed across sweeps, never within one: the fit has a term for it; see docs/throughput.md)"
+            if len(precisions) > 1
+            else ""
+        ),
+        "",
+        md_figure(
+            png.name,
+            "Figure 1. Test BLEU (beam 4) of each cell, mean ± sd over its seeds, against the "
+            "query/key width per head; coloured by h, marked by d_model.",
+        ),
+        "",
+        "Least squares on every run (seeds as replicates): BLEU = b0 + b_h log2 h + b_dk log2 d_k + "
+        "b_dm log2 d_model (+ b_bf16 where the sweeps' precisions differ); a size that does not vary is left "
+        "out.",
+        "",
+        "| term | coefficient (BLEU per doubling; bf16: offset) | 95% CI | p |",
+        "|---|---:|---:|---:|",
+    ]
     for name, t in result["terms"].items():
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {fmt_p(t['p'])} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
@@ -338,8 +409,14 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
     lines += best_h_lines(best)
     if best:
         png_h = best_h_figure(best, out / "explain-best-h.png")
-        lines += ["", md_figure(png_h.name, "Figure 2. Row A at each width: test BLEU against h (d_k = d_model / h), "
-                                            "mean ± sd over seeds; the best h ringed.")]
+        lines += [
+            "",
+            md_figure(
+                png_h.name,
+                "Figure 2. Row A at each width: test BLEU against h (d_k = d_model / h), "
+                "mean ± sd over seeds; the best h ringed.",
+            ),
+        ]
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     path = out / "explain.md"
@@ -366,12 +443,19 @@ def at_the_ablation_budget(root: Path) -> tuple[dict[str, tuple[list, list]], li
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweeps", default="", help="comma-separated sweeps (default: every sweep in --root at "
-                                                     "the ablation budget's steps)")
+    parser.add_argument(
+        "--sweeps",
+        default="",
+        help="comma-separated sweeps (default: every sweep in --root at the ablation budget's steps)",
+    )
     parser.add_argument("--root", type=Path, default=Path("results"))
     parser.add_argument("--out", type=Path, default=Path("reports"))
-    parser.add_argument("--init", choices=["xavier", "fan_in"], default=None,
-                        help="fit the runs of this model.init (default: the protocol most runs share)")
+    parser.add_argument(
+        "--init",
+        choices=["xavier", "fan_in"],
+        default=None,
+        help="fit the runs of this model.init (default: the protocol most runs share)",
+    )
     args = parser.parse_args(argv)
     try:
         named = [s for s in args.sweeps.split(",") if s]

@@ -29,19 +29,27 @@ from pathlib import Path
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.data import DataError, TranslationDataModule
+from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import first_heading, with_back_link
 from headsweep.reports.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
 from headsweep.reports.report_table import fmt_p
 from headsweep.reports.significance import read_text_lines, references, run_data_dir
-from headsweep.reporting.html import page
-from headsweep.reporting.markdown import first_heading, with_back_link
 
 BUCKETS = ((1, 8), (9, 16), (17, None))  # source subwords: within d_k = 8, within 16, beyond 16
-SPLITS = (8, 16)                         # the contrasts' k: the narrow cells' d_k
+SPLITS = (8, 16)  # the contrasts' k: the narrow cells' d_k
 # what fixes the test sentences and their subwords: a cell differing from its base here is left out
-SAME_TEST_SET = ("test_split", "src_lang", "tgt_lang", "limit_eval", "train_split", "limit_train", "tokenizer",
-                 "vocab_size")
+SAME_TEST_SET = (
+    "test_split",
+    "src_lang",
+    "tgt_lang",
+    "limit_eval",
+    "train_split",
+    "limit_train",
+    "tokenizer",
+    "vocab_size",
+)
 METRIC = BLEU()
 
 
@@ -70,8 +78,7 @@ def delta(base: np.ndarray, cell: np.ndarray, idx: np.ndarray) -> float:
     return bleu(cell, idx) - bleu(base, idx)
 
 
-def by_length(base: np.ndarray, cell: np.ndarray, lengths: list[int], n_samples: int = 1000,
-              seed: int = 12345) -> dict:
+def by_length(base: np.ndarray, cell: np.ndarray, lengths: list[int], n_samples: int = 1000, seed: int = 12345) -> dict:
     """Cell minus base per bucket, and each contrast (longer than k minus at most k) with its bootstrap."""
     n = np.asarray(lengths)
     rng = np.random.default_rng(seed)
@@ -88,10 +95,17 @@ def by_length(base: np.ndarray, cell: np.ndarray, lengths: list[int], n_samples:
         value = delta(base, cell, long) - delta(base, cell, short)
         # the same seed and index sets for every cell: resample i is the same sentences for all of them, so
         # contrasts of different cells can be differenced resample by resample (against_wide)
-        boot = np.array([delta(base, cell, b_long) - delta(base, cell, b_short) for b_short, b_long in
-                         ((rng.choice(short, len(short)), rng.choice(long, len(long))) for _ in range(n_samples))])
-        out["contrasts"].append({"k": k, **interval(value, boot), "boot": boot, "n_short": len(short),
-                                 "n_long": len(long)})
+        boot = np.array(
+            [
+                delta(base, cell, b_long) - delta(base, cell, b_short)
+                for b_short, b_long in (
+                    (rng.choice(short, len(short)), rng.choice(long, len(long))) for _ in range(n_samples)
+                )
+            ]
+        )
+        out["contrasts"].append(
+            {"k": k, **interval(value, boot), "boot": boot, "n_short": len(short), "n_long": len(long)}
+        )
     return out
 
 
@@ -99,8 +113,13 @@ def interval(value: float, boot: np.ndarray) -> dict:
     """95% percentile interval and two-sided bootstrap p of a statistic; p_bound: no resample crossed zero,
     so p is at most what the number of resamples can show."""
     p = min(1.0, 2 * min((boot <= 0).mean(), (boot >= 0).mean()))
-    return {"value": value, "lo": float(np.percentile(boot, 2.5)), "hi": float(np.percentile(boot, 97.5)),
-            "p": 2 / len(boot) if p == 0 else float(p), "p_bound": p == 0}
+    return {
+        "value": value,
+        "lo": float(np.percentile(boot, 2.5)),
+        "hi": float(np.percentile(boot, 97.5)),
+        "p": 2 / len(boot) if p == 0 else float(p),
+        "p_bound": p == 0,
+    }
 
 
 def against_wide(rows: list[dict]) -> None:
@@ -110,13 +129,20 @@ def against_wide(rows: list[dict]) -> None:
     for row in rows:
         row["against_wide"] = None
         at = next((c for c in row["contrasts"] if c["k"] == row["d_k"] and c.get("value") is not None), None)
-        wide = [c for r in rows if r["base_key"] == row["base_key"] and r["d_k"] >= 32
-                for c in r["contrasts"] if c["k"] == row["d_k"]]
+        wide = [
+            c
+            for r in rows
+            if r["base_key"] == row["base_key"] and r["d_k"] >= 32
+            for c in r["contrasts"]
+            if c["k"] == row["d_k"]
+        ]
         if at is None or not wide:
             continue
         mean_wide = np.mean([c["boot"] for c in wide], axis=0)
-        row["against_wide"] = {"n_wide": len(wide), **interval(at["value"] - np.mean([c["value"] for c in wide]),
-                                                               at["boot"] - mean_wide)}
+        row["against_wide"] = {
+            "n_wide": len(wide),
+            **interval(at["value"] - np.mean([c["value"] for c in wide]), at["boot"] - mean_wide),
+        }
 
 
 def compare(base: Cell, cell: Cell, lengths: list[int], n_samples: int = 1000) -> dict:
@@ -131,8 +157,10 @@ def compare(base: Cell, cell: Cell, lengths: list[int], n_samples: int = 1000) -
     for name, runs in (("base", base_by_seed), ("cell", cell_by_seed)):
         hyps[name] = [read_text_lines(hypotheses_path(runs[s])) for s in seeds]
         if any(len(h) != len(refs) for h in hyps[name]) or len(lengths) != len(refs):
-            raise ReportError(f"{cell.label} against {base.label}: {[len(h) for h in hyps[name]]} hypotheses, "
-                              f"{len(refs)} references, {len(lengths)} source sentences")
+            raise ReportError(
+                f"{cell.label} against {base.label}: {[len(h) for h in hyps[name]]} hypotheses, "
+                f"{len(refs)} references, {len(lengths)} source sentences"
+            )
     result = by_length(sentence_stats(hyps["base"], refs), sentence_stats(hyps["cell"], refs), lengths, n_samples)
     return {"seeds": seeds, **result}
 
@@ -159,10 +187,18 @@ def rows_of(root: Path, sweep: str, n_samples: int) -> tuple[list[dict], list[st
         if theirs != ours:
             left_out.append(f"{sweep}/{cell.label}: another test set or tokenizer than the base's ({theirs} vs {ours})")
             continue
-        rows.append({"sweep": sweep, "cell": cell.label, "base": base.label, "h": cell.runs[0].flat["model.heads"],
-                     "d_k": d_k(cell), "beyond": sum(n > d_k(cell) for n in lengths) / len(lengths),
-                     "base_key": base_key,
-                     **compare(base, cell, lengths, n_samples)})
+        rows.append(
+            {
+                "sweep": sweep,
+                "cell": cell.label,
+                "base": base.label,
+                "h": cell.runs[0].flat["model.heads"],
+                "d_k": d_k(cell),
+                "beyond": sum(n > d_k(cell) for n in lengths) / len(lengths),
+                "base_key": base_key,
+                **compare(base, cell, lengths, n_samples),
+            }
+        )
     return rows, left_out
 
 
@@ -173,35 +209,54 @@ def fmt(x: float | None) -> str:
 def markdown(sweeps: list[str], rows: list[dict], left_out: list[str]) -> str:
     head = [f"{lo}-{hi}" if hi else f"{lo}+" for lo, hi in BUCKETS]
     counts = dict(zip(head, (b["n"] for b in rows[0]["buckets"])))
-    lines = [f"# Narrow heads and sentence length: {', '.join(sweeps)}", "",
-             "Bhojanapalli et al. 2020: a head narrower than the sentence (d_k < n subwords) cannot express every "
-             "attention pattern over it. If that bottleneck is what a narrow cell pays for, its loss against the "
-             "base lies on sources longer than its d_k, and the contrast (loss beyond k minus loss within k) is "
-             "negative at k = d_k. Test BLEU of cell minus base by source length in subwords (seeds pooled; "
-             f"test sentences per bucket: {', '.join(f'{k}: {v}' for k, v in counts.items())}); contrasts with "
-             "95% bootstrap intervals (sentences resampled, all seeds of one together). Every contrast of a sweep "
-             "shares its base's numbers: read a narrow cell's contrast beside the wide-head cells' (d_k ≥ 32).", "",
-             f"| sweep | cell | d_k | sources longer than d_k | seeds | Δ {head[0]} | Δ {head[1]} | Δ {head[2]} | contrast k = 8 [95% CI] | p "
-             "| contrast k = 16 [95% CI] | p |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Narrow heads and sentence length: {', '.join(sweeps)}",
+        "",
+        "Bhojanapalli et al. 2020: a head narrower than the sentence (d_k < n subwords) cannot express every "
+        "attention pattern over it. If that bottleneck is what a narrow cell pays for, its loss against the "
+        "base lies on sources longer than its d_k, and the contrast (loss beyond k minus loss within k) is "
+        "negative at k = d_k. Test BLEU of cell minus base by source length in subwords (seeds pooled; "
+        f"test sentences per bucket: {', '.join(f'{k}: {v}' for k, v in counts.items())}); contrasts with "
+        "95% bootstrap intervals (sentences resampled, all seeds of one together). Every contrast of a sweep "
+        "shares its base's numbers: read a narrow cell's contrast beside the wide-head cells' (d_k ≥ 32).",
+        "",
+        f"| sweep | cell | d_k | sources longer than d_k | seeds | Δ {head[0]} | Δ {head[1]} | Δ {head[2]} | contrast k = 8 [95% CI] | p "
+        "| contrast k = 16 [95% CI] | p |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         cs = []
         for c in r["contrasts"]:
-            cs += ["—", "—"] if c["value"] is None else [f"{c['value']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]",
-                                                          fmt_p(c["p"], c["p_bound"])]
-        lines.append(f"| {r['sweep']} | {r['cell']} | {r['d_k']} | {r['beyond']:.0%} | {len(r['seeds'])} | "
-                     + " | ".join(fmt(b["delta"]) for b in r["buckets"]) + " | " + " | ".join(cs) + " |")
+            cs += (
+                ["—", "—"]
+                if c["value"] is None
+                else [f"{c['value']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]", fmt_p(c["p"], c["p_bound"])]
+            )
+        lines.append(
+            f"| {r['sweep']} | {r['cell']} | {r['d_k']} | {r['beyond']:.0%} | {len(r['seeds'])} | "
+            + " | ".join(fmt(b["delta"]) for b in r["buckets"])
+            + " | "
+            + " | ".join(cs)
+            + " |"
+        )
     narrow = [r for r in rows if r["against_wide"] is not None]
     if narrow:
-        lines += ["", "Each narrow cell's contrast at k = its d_k minus the mean contrast of the wide-head cells "
-                  "(d_k ≥ 32) against the same base runs, resample by resample: the base's own length profile cancels. "
-                  "Negative: the cell loses more beyond its d_k than wide heads do, as a rank bound on the sentence "
-                  "would have it; zero: its loss does not depend on whether the sentence outgrows its heads.", "",
-                  "| sweep | cell | d_k | wide-head cells | contrast minus theirs [95% CI] | p |",
-                  "|---|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "Each narrow cell's contrast at k = its d_k minus the mean contrast of the wide-head cells "
+            "(d_k ≥ 32) against the same base runs, resample by resample: the base's own length profile cancels. "
+            "Negative: the cell loses more beyond its d_k than wide heads do, as a rank bound on the sentence "
+            "would have it; zero: its loss does not depend on whether the sentence outgrows its heads.",
+            "",
+            "| sweep | cell | d_k | wide-head cells | contrast minus theirs [95% CI] | p |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
         for r in narrow:
             a = r["against_wide"]
-            lines.append(f"| {r['sweep']} | {r['cell']} | {r['d_k']} | {a['n_wide']} | {a['value']:+.2f} "
-                         f"[{a['lo']:+.2f}, {a['hi']:+.2f}] | {fmt_p(a['p'], a['p_bound'])} |")
+            lines.append(
+                f"| {r['sweep']} | {r['cell']} | {r['d_k']} | {a['n_wide']} | {a['value']:+.2f} "
+                f"[{a['lo']:+.2f}, {a['hi']:+.2f}] | {fmt_p(a['p'], a['p_bound'])} |"
+            )
     if left_out:
         lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
     return "\n".join(lines) + "\n"

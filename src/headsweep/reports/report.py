@@ -27,43 +27,65 @@ import sys
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
-from headsweep.reports.compare import report_section
-from headsweep.reports import report_convergence, report_stuck
-from headsweep.sweeps.init_check import init_check_section
-from headsweep.reports.report_complete import incomplete
-from headsweep.reports.report_lr import lr_section, split_grid_runs
-from headsweep.reports.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
-from headsweep.sweeps.paper import COLUMNS, table3
-from headsweep.reports.report_plots import learning_curves, plots
-from headsweep.reports.report_site import index_record, write_index
-from headsweep.reports.report_table import (cell_details, decode_speed_columns, display, loss_note, machine_note,
-                                                missing_words, p_words, reader_name, shows_paper, table, varies)
-from headsweep.reports.significance import paired_bootstrap
-from headsweep.sweeps.specs import follows_width
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.reports import report_convergence, report_stuck
+from headsweep.reports.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.compare import report_section
+from headsweep.reports.report_complete import incomplete
+from headsweep.reports.report_lr import lr_section, split_grid_runs
+from headsweep.reports.report_plots import learning_curves, plots
+from headsweep.reports.report_site import index_record, write_index
+from headsweep.reports.report_table import (
+    cell_details,
+    decode_speed_columns,
+    display,
+    loss_note,
+    machine_note,
+    missing_words,
+    p_words,
+    reader_name,
+    shows_paper,
+    table,
+    varies,
+)
+from headsweep.reports.significance import paired_bootstrap
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS, schema_note
+from headsweep.sweeps.init_check import init_check_section
+from headsweep.sweeps.paper import COLUMNS, table3
+from headsweep.sweeps.specs import follows_width
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
 SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
-METRICS = (("val_ppl", "val/ppl"), ("val_bleu", "val/bleu"), ("test_bleu", "test/bleu"), ("test_chrf", "test/chrf"),
-           ("test_ppl", "test/ppl"))
-POOLING = ("p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
-           "split, seeds pooled: each side's hypotheses of the seeds both cells have, concatenated in seed order, "
-           "against the references repeated once per seed; so a resample draws (sentence, seed) pairs and compares "
-           "the two cells on the same ones. p <= {floor:.3f}: no resample favoured the base, the smallest p "
-           "{n} resamples can give (1 / ({n} + 1)), so a bound, not a value. p Holm: the same p-values adjusted "
-           "by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). p seeds: "
-           "Welch's t-test of the cell's per-seed test BLEU against the base's.")
-PAPER = ("Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
-         "en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, N, d_ff, d_k, "
-         "d_v are the paper's base sizes); our PPL is per subword on our val split.")
-FLOPS = ("Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
-         "cross) per token, at {context} tokens of context, counted as Hoffmann et al. 2022 (appendix F) do: 2 per "
-         "multiply-add of the projections, QK^T and the weighted values, 3 per attention weight for the softmax.")
+METRICS = (
+    ("val_ppl", "val/ppl"),
+    ("val_bleu", "val/bleu"),
+    ("test_bleu", "test/bleu"),
+    ("test_chrf", "test/chrf"),
+    ("test_ppl", "test/ppl"),
+)
+POOLING = (
+    "p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
+    "split, seeds pooled: each side's hypotheses of the seeds both cells have, concatenated in seed order, "
+    "against the references repeated once per seed; so a resample draws (sentence, seed) pairs and compares "
+    "the two cells on the same ones. p <= {floor:.3f}: no resample favoured the base, the smallest p "
+    "{n} resamples can give (1 / ({n} + 1)), so a bound, not a value. p Holm: the same p-values adjusted "
+    "by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). p seeds: "
+    "Welch's t-test of the cell's per-seed test BLEU against the base's."
+)
+PAPER = (
+    "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
+    "en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, N, d_ff, d_k, "
+    "d_v are the paper's base sizes); our PPL is per subword on our val split."
+)
+FLOPS = (
+    "Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
+    "cross) per token, at {context} tokens of context, counted as Hoffmann et al. 2022 (appendix F) do: 2 per "
+    "multiply-add of the projections, QK^T and the weighted values, 3 per attention weight for the softmax."
+)
 
 
 def settings(flat: dict) -> dict:
@@ -86,8 +108,6 @@ def paper_row(ours: dict, base: dict | None, rows: list[dict]) -> dict | None:
     return None
 
 
-
-
 # ----------------------------------------------------------------------------- the numbers
 
 
@@ -96,8 +116,13 @@ def compile_setting(config: dict) -> str:
     for where in (config.get("module") or {}, config.get("trainer") or {}, config):
         if "compile" in where:
             value = where["compile"]
-            return "eager (not compiled)" if value in (None, False) else \
-                "compiled" if value is True else f"compiled ({value})"
+            return (
+                "eager (not compiled)"
+                if value in (None, False)
+                else "compiled"
+                if value is True
+                else f"compiled ({value})"
+            )
     return "eager (not compiled)"
 
 
@@ -105,14 +130,20 @@ def cell_numbers(c: Cell) -> dict:
     """What a cell is and scores, seeds pooled, before any comparison with the base."""
     first = c.runs[0]
     flops = attention_flops(first.results["config"]["model"])
-    row = {**settings(first.flat), "params_M": first.results["params"]["total"] / 1e6,
-           "params": dict(first.results["params"]), "attn_mflops": flops["attention_per_token"] / 1e6,
-           "flops_context": flops["context"], "n": len(c.runs), "seeds": [r.seed for r in c.runs],
-           "steps": statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs),
-           "max_steps": first.results["config"]["trainer"]["max_steps"],
-           "precision": " / ".join(sorted({str(r.results["config"]["trainer"].get("precision")) for r in c.runs})),
-           "compile": " / ".join(sorted({compile_setting(r.results["config"]) for r in c.runs})),
-           "test_bleu_seeds": c.values("test/bleu")}
+    row = {
+        **settings(first.flat),
+        "params_M": first.results["params"]["total"] / 1e6,
+        "params": dict(first.results["params"]),
+        "attn_mflops": flops["attention_per_token"] / 1e6,
+        "flops_context": flops["context"],
+        "n": len(c.runs),
+        "seeds": [r.seed for r in c.runs],
+        "steps": statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs),
+        "max_steps": first.results["config"]["trainer"]["max_steps"],
+        "precision": " / ".join(sorted({str(r.results["config"]["trainer"].get("precision")) for r in c.runs})),
+        "compile": " / ".join(sorted({compile_setting(r.results["config"]) for r in c.runs})),
+        "test_bleu_seeds": c.values("test/bleu"),
+    }
     for name, metric in METRICS:
         row[name], row[name + "_sd"] = mean_sd(c.values(metric))
     return row
@@ -137,16 +168,20 @@ def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[st
     if size(c) == size(base):
         return base
     like_base = scaled_settings(base, other_keys)
-    return next((o for o in cells if o is not c and size(o) == size(c) and scaled_settings(o, other_keys) == like_base),
-                base)
+    return next(
+        (o for o in cells if o is not c and size(o) == size(c) and scaled_settings(o, other_keys) == like_base), base
+    )
 
 
 def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
     """The varied settings Table 3 has no column for (head dropout, say): a cell that differs from the base in
     one has no paper row, even when its Table 3 columns equal the base's."""
     flats = [r.flat for c in cells for r in c.runs]
-    return [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)] \
-        if base and len(cells) > 1 else []
+    return (
+        [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)]
+        if base and len(cells) > 1
+        else []
+    )
 
 
 def early_references(cells: list[Cell]) -> dict[str, Cell]:
@@ -184,13 +219,18 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
             for r in c.runs:
                 if r.dir in early:
                     e, bleu = early[r.dir], r.results["metrics"]["test/bleu"]
-                    seen.setdefault((r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c,
-                                                            e.loss, bleu))
+                    seen.setdefault(
+                        (r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c, e.loss, bleu)
+                    )
                     used.add(sweep)
     values = list(seen.values())
-    return {"runs": [v[0] for v in values], "excesses": [v[1] for v in values],
-            "base_excesses": [v[1] for v in values if v[2]], "pairs": [(v[3], v[4]) for v in values],
-            "n_sweeps": len(used)}
+    return {
+        "runs": [v[0] for v in values],
+        "excesses": [v[1] for v in values],
+        "base_excesses": [v[1] for v in values if v[2]],
+        "pairs": [(v[3], v[4]) for v in values],
+        "n_sweeps": len(used),
+    }
 
 
 def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
@@ -206,7 +246,9 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     for c in cells:
         row = c.row
         ref = reference(c, cells, base, other_keys)
-        row.update(delta=None, p=None, p_note=None, p_seeds=None, against=None if ref is None or ref is base else ref.label)
+        row.update(
+            delta=None, p=None, p_note=None, p_seeds=None, against=None if ref is None or ref is base else ref.label
+        )
         if ref is not None:
             row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - ref.row["test_bleu"]
             test = paired_bootstrap(ref, c, n_samples)
@@ -223,8 +265,13 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
         row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
     for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
         c.row["p_holm"] = adjusted
-    return {"base": base, "signature": signature, "ranking": ranking_stability(cells), "n_samples": n_samples,
-            "other_keys": other_keys}
+    return {
+        "base": base,
+        "signature": signature,
+        "ranking": ranking_stability(cells),
+        "n_samples": n_samples,
+        "other_keys": other_keys,
+    }
 
 
 def ranking_stability(cells: list[Cell]) -> dict | None:
@@ -238,9 +285,13 @@ def ranking_stability(cells: list[Cell]) -> dict | None:
     half = min(steps, key=lambda s: abs(s - last / 2))
     at = lambda step: [statistics.fmean(curve[step]["val/bleu"] for curve in cs if step in curve) for cs in curves]  # noqa: E731
     early, late = at(half), at(last)
-    return {"half_step": half, "last_step": last, "tau": ranking_agreement(early, late),
-            "order_half": [c.label for _, c in sorted(zip(early, cells), key=lambda t: -t[0])],
-            "order_last": [c.label for _, c in sorted(zip(late, cells), key=lambda t: -t[0])]}
+    return {
+        "half_step": half,
+        "last_step": last,
+        "tau": ranking_agreement(early, late),
+        "order_half": [c.label for _, c in sorted(zip(early, cells), key=lambda t: -t[0])],
+        "order_last": [c.label for _, c in sorted(zip(late, cells), key=lambda t: -t[0])],
+    }
 
 
 def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
@@ -253,17 +304,23 @@ def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
             continue
         direction = "better" if r["delta"] > 0 else "worse"
         ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
-        seeds = ("; one seed per side, so nothing yet says whether training noise alone makes a difference "
-                 "this large" if r["p_seeds"] is None else
-                 f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
-                 f"significant (Welch {p_words(r['p_seeds'])})")
+        seeds = (
+            "; one seed per side, so nothing yet says whether training noise alone makes a difference this large"
+            if r["p_seeds"] is None
+            else f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
+            f"significant (Welch {p_words(r['p_seeds'])})"
+        )
         p = p_words(r["p_holm"], r["p_bound"])
         if r["p_holm"] < alpha:
-            lines.append(f"{display(c)}: {direction} than {ref} by {abs(r['delta']):.2f} BLEU, significant after "
-                         f"Holm's correction ({p}){seeds}.")
+            lines.append(
+                f"{display(c)}: {direction} than {ref} by {abs(r['delta']):.2f} BLEU, significant after "
+                f"Holm's correction ({p}){seeds}."
+            )
         else:
-            lines.append(f"{display(c)}: {r['delta']:+.2f} BLEU against {ref}, not significant after Holm's "
-                         f"correction ({p}){seeds}.")
+            lines.append(
+                f"{display(c)}: {r['delta']:+.2f} BLEU against {ref}, not significant after Holm's "
+                f"correction ({p}){seeds}."
+            )
     return lines
 
 
@@ -272,9 +329,11 @@ def ranking_words(ranking: dict | None, cells: list[Cell]) -> list[str]:
         return []
     name = {c.label: display(c) for c in cells}
     order = lambda labels: ", ".join(name[label] for label in labels)  # noqa: E731
-    return [f"Ranking over training: Kendall's tau {ranking['tau']:.2f} between the cells' order by mean val BLEU at "
-            f"step {ranking['half_step']} ({order(ranking['order_half'])}) and at step {ranking['last_step']} "
-            f"({order(ranking['order_last'])}); 1 means the order was already settled at half the budget."]
+    return [
+        f"Ranking over training: Kendall's tau {ranking['tau']:.2f} between the cells' order by mean val BLEU at "
+        f"step {ranking['half_step']} ({order(ranking['order_half'])}) and at step {ranking['last_step']} "
+        f"({order(ranking['order_last'])}); 1 means the order was already settled at half the budget."
+    ]
 
 
 # ----------------------------------------------------------------------------- writing
@@ -283,7 +342,7 @@ def ranking_words(ranking: dict | None, cells: list[Cell]) -> list[str]:
 def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
     """The sweep, what it varies, and its Table 3 row (from the jobs' row tag) where it has one."""
     tags = cells[0].runs[0].results["config"].get("tags") or []
-    row = next((t[len("row-"):] for t in tags if t.startswith("row-")), None)
+    row = next((t[len("row-") :] for t in tags if t.startswith("row-")), None)
     varied = ", ".join(map(reader_name, keys)) if len(cells) > 1 else "one cell"
     return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
 
@@ -302,20 +361,24 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     was left out."""
     first, base = runs[0].results["config"], info["base"]
     seeds = sorted({len(c.runs) for c in cells})
-    lines = [f"{counted(len(runs), 'run')} ({' or '.join(map(str, seeds))} seed{'' if seeds == [1] else 's'} per cell) in "
-             f"{counted(len(cells), 'cell')} from "
-             f"`{shown_path(sweep_dir)}`; " + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU "
-                                   "or p-values."),
-             f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
-             f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
-             + ("one seed per cell (no sd). " if seeds == [1] else "mean ± sd over seeds. ") +
-             "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
-             "(see Method)."]
+    lines = [
+        f"{counted(len(runs), 'run')} ({' or '.join(map(str, seeds))} seed{'' if seeds == [1] else 's'} per cell) in "
+        f"{counted(len(cells), 'cell')} from "
+        f"`{shown_path(sweep_dir)}`; "
+        + (f"base cell: {base.label}." if base else "no cell is tagged `base`: no Δ BLEU or p-values."),
+        f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
+        f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
+        + ("one seed per cell (no sd). " if seeds == [1] else "mean ± sd over seeds. ")
+        + "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
+        "(see Method).",
+    ]
     scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})
     if scaled:
-        lines.append("Cells of another model size (N, d_model, d_ff) than the base are compared with the base scaled to "
-                     f"their size ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
-                     "'against'), and that cell with the base; one Holm correction covers every comparison.")
+        lines.append(
+            "Cells of another model size (N, d_model, d_ff) than the base are compared with the base scaled to "
+            f"their size ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
+            "'against'), and that cell with the base; one Holm correction covers every comparison."
+        )
     same = [f"{cells[0].row['params_M']:.2f} M parameters"] * (not varies(cells, "params_M"))
     same += [f"{cells[0].row['steps']:.0f} training steps"] * all(c.row["steps"] == c.row["max_steps"] for c in cells)
     for key in ("precision", "compile"):
@@ -327,8 +390,10 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
         lines.append("\\* stopped before trainer.max_steps (trainer.max_time): those cells trained fewer steps.")
     if not shows_paper(cells):
         other = ", ".join(map(reader_name, info["other_keys"])) or "the settings varied here"
-        lines.append(f"No cell but the base has a row in the paper's Table 3 ({other}: not among its settings), "
-                     "so the table has no paper columns; the base's row is in its details.")
+        lines.append(
+            f"No cell but the base has a row in the paper's Table 3 ({other}: not among its settings), "
+            "so the table has no paper columns; the base's row is in its details."
+        )
     lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
     lines += [w for c in cells for w in missing_words(c)]
     if "stuck" in info:
@@ -338,33 +403,69 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     lines.append(loss_note(cells))  # does training diverge at this learning rate (the open issue on d_model 512)?
     lines.append(machine_note(cells))
     if left_out:
-        lines.append(f"Left out of the table and of every number ({len(left_out)}):\n"
-                     + "\n".join(f"  - `{d.name}`: {why}" for d, why in left_out))
+        lines.append(
+            f"Left out of the table and of every number ({len(left_out)}):\n"
+            + "\n".join(f"  - `{d.name}`: {why}" for d, why in left_out)
+        )
     return lines
 
 
-def sweep_markdown(head: str, notes_: list[str], cells: list[Cell], keys: list[str], info: dict,
-                   figures: list[tuple[Path, str]], section: str | None) -> str:
+def sweep_markdown(
+    head: str,
+    notes_: list[str],
+    cells: list[Cell],
+    keys: list[str],
+    info: dict,
+    figures: list[tuple[Path, str]],
+    section: str | None,
+) -> str:
     """The page: title, notes, the table and each cell's details, the findings, the figures, the head
     analysis where the runs have one, the method."""
     findings = verdicts(cells)
-    method = [POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)), PAPER,
-              FLOPS.format(context=cells[0].row["flops_context"])]
+    method = [
+        POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),
+        PAPER,
+        FLOPS.format(context=cells[0].row["flops_context"]),
+    ]
     if info["signature"]:
         method.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
-    figures_note = [] if varies(cells, "params_M") else \
-        [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
+    figures_note = (
+        []
+        if varies(cells, "params_M")
+        else [f"Every cell has {cells[0].row['params_M']:.2f} M parameters: no plot against parameters.", ""]
+    )
     status = incomplete(info["sweep"], cells) if info.get("sweep") else None
-    md = [f"# {head}", "", *([f"> {status}", ""] if status else []), *[f"- {n}" for n in notes_], "", *markdown_table(*table(cells, keys), align=True), "",
-          "Per cell:", "", *[line for c in cells for line in cell_details(c, info["n_samples"])],
-          *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
-          *(report_stuck.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
-            if "stuck" in info else []),
-          *(report_convergence.words(info["convergence"], ranking_words(info["ranking"], cells), info["ranking"])
-            if "convergence" in info else []),
-          "## Figures", "", *figures_note,
-          *[line for i, (path, caption) in enumerate(figures, 1) for line in
-            (figure(path.name, f"Figure {i}. {caption}"), "")]]
+    md = [
+        f"# {head}",
+        "",
+        *([f"> {status}", ""] if status else []),
+        *[f"- {n}" for n in notes_],
+        "",
+        *markdown_table(*table(cells, keys), align=True),
+        "",
+        "Per cell:",
+        "",
+        *[line for c in cells for line in cell_details(c, info["n_samples"])],
+        *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
+        *(
+            report_stuck.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
+            if "stuck" in info
+            else []
+        ),
+        *(
+            report_convergence.words(info["convergence"], ranking_words(info["ranking"], cells), info["ranking"])
+            if "convergence" in info
+            else []
+        ),
+        "## Figures",
+        "",
+        *figures_note,
+        *[
+            line
+            for i, (path, caption) in enumerate(figures, 1)
+            for line in (figure(path.name, f"Figure {i}. {caption}"), "")
+        ],
+    ]
     if section:
         md += [section, ""]
     return "\n".join(md + ["## Method", "", *[f"- {m}" for m in method], ""])
@@ -387,8 +488,12 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
     import wandb
 
     run = wandb.init(project=project, group=sweep, job_type="report", name=f"report-{sweep}")
-    run.log({"table3": wandb.Table(columns=[c or "cell" for c in columns], data=body),
-             **{p.stem: wandb.Image(str(p)) for p in images}})
+    run.log(
+        {
+            "table3": wandb.Table(columns=[c or "cell" for c in columns], data=body),
+            **{p.stem: wandb.Image(str(p)) for p in images},
+        }
+    )
     run.finish()
     return True
 
@@ -405,12 +510,21 @@ def stuck_runs(cells: list[Cell], root: Path, threshold: float | None, pool: dic
     early = report_stuck.early_losses(cells, early_references(cells))
     report_stuck.flag(cells, early, chosen.value)
     pairs = pool.get("pairs") or []
-    return {"early": early, "threshold": chosen,
-            "pooled_r": (report_stuck.correlation(pairs), len(pairs)) if pairs else None}
+    return {
+        "early": early,
+        "threshold": chosen,
+        "pooled_r": (report_stuck.correlation(pairs), len(pairs)) if pairs else None,
+    }
 
 
-def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path("reports"),
-                 n_samples: int = 1000, stuck_threshold: float | None = None, pool: dict | None = None) -> list[Path]:
+def write_report(
+    sweep: str,
+    root: Path = Path("results"),
+    out_dir: Path = Path("reports"),
+    n_samples: int = 1000,
+    stuck_threshold: float | None = None,
+    pool: dict | None = None,
+) -> list[Path]:
     """One sweep's report files. stuck_threshold: --stuck-threshold (None: chosen from the runs under root,
     `pool` where the caller has it)."""
     try:
@@ -419,18 +533,23 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
         raise ReportError(str(e)) from None
     sweep_dir = root / sweep
     if not sweep_dir.is_dir():
-        raise ReportError(f"no runs of sweep '{sweep}': {sweep_dir} does not exist; run `make sweep SWEEP={sweep}` first")
+        raise ReportError(
+            f"no runs of sweep '{sweep}': {sweep_dir} does not exist; run `make sweep SWEEP={sweep}` first"
+        )
     runs, left_out = load_runs(sweep_dir, sweep)
     for d, why in left_out:
         print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
     runs, grid_runs = split_grid_runs(runs)  # a learning-rate grid's runs (LR_GRID=) are no seeds of their cells
     if not runs and grid_runs:
-        raise ReportError(f"only the learning-rate grid's runs in {sweep_dir} so far ({len(grid_runs)} of phase 1): the "
-                          "report's cells are the seeds at each cell's chosen rate (phase 2); resume the same "
-                          "`make sweep ... LR_GRID=...` command")
+        raise ReportError(
+            f"only the learning-rate grid's runs in {sweep_dir} so far ({len(grid_runs)} of phase 1): the "
+            "report's cells are the seeds at each cell's chosen rate (phase 2); resume the same "
+            "`make sweep ... LR_GRID=...` command"
+        )
     if not runs:
-        raise ReportError(f"no usable runs in {sweep_dir} ({len(left_out)} left out); "
-                          f"run or resume `make sweep SWEEP={sweep}` first")
+        raise ReportError(
+            f"no usable runs in {sweep_dir} ({len(left_out)} left out); run or resume `make sweep SWEEP={sweep}` first"
+        )
     cells = group_cells(runs)
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
@@ -446,8 +565,9 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
     figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
     head = title(sweep, cells, keys)
     sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]
-    md = sweep_markdown(head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures,
-                        "\n\n".join(sections) or None)
+    md = sweep_markdown(
+        head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures, "\n\n".join(sections) or None
+    )
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md = with_back_link(md)
     atomic_write(md_path, md)
@@ -461,8 +581,11 @@ def write_report(sweep: str, root: Path = Path("results"), out_dir: Path = Path(
 def sweeps_in(root: Path) -> list[str]:
     """The sweeps with a run under root (results/<sweep>/<run>/results.json; results/runs/ is the store, whose
     runs the sweeps show)."""
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and d.name != RUNS and any(d.glob("*/results.json"))) \
-        if root.is_dir() else []
+    return (
+        sorted(d.name for d in root.iterdir() if d.is_dir() and d.name != RUNS and any(d.glob("*/results.json")))
+        if root.is_dir()
+        else []
+    )
 
 
 def stuck_threshold_arg(text: str | None) -> float | None:
@@ -482,14 +605,22 @@ def stuck_threshold_arg(text: str | None) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a; all: every sweep under --root")
-    parser.add_argument("--root", type=Path, default=Path("results"),
-                        help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("results"),
+        help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)",
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"), help="where the report goes")
     parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
     # a string, checked below: argparse's own type error would print the usage line as well
-    parser.add_argument("--stuck-threshold", default=None, metavar="X",
-                        help="early val loss above the base's median (nats per subword, 0 < X < 10) from which a "
-                             "run counts as stuck; default: chosen from every sweep's runs under --root")
+    parser.add_argument(
+        "--stuck-threshold",
+        default=None,
+        metavar="X",
+        help="early val loss above the base's median (nats per subword, 0 < X < 10) from which a "
+        "run counts as stuck; default: chosen from every sweep's runs under --root",
+    )
     args = parser.parse_args(argv)
     try:
         threshold = stuck_threshold_arg(args.stuck_threshold)

@@ -59,8 +59,11 @@ def problems(facts: dict) -> list[str]:
     """What a reader would see wrong on a page, from MEASURE's facts."""
     found = [f"broken image {src}" for src in facts["broken"]]
     found += [f"image without a caption {src}" for src in facts["uncaptioned"]]
-    found += [f"markdown left in a <pre>: {text.strip()[:60]!r}" for text in facts["pre"]
-              if any(mark in "\n" + text for mark in MARKDOWN)]
+    found += [
+        f"markdown left in a <pre>: {text.strip()[:60]!r}"
+        for text in facts["pre"]
+        if any(mark in "\n" + text for mark in MARKDOWN)
+    ]
     if facts["width"] > WIDTH:
         found.append(f"the page is {facts['width']} px wide in a {WIDTH} px window")
     found += [f"table wider than the page (it scrolls): {head!r}" for head in facts["wide_tables"]]
@@ -155,8 +158,11 @@ def zero_p_values(facts: dict) -> list[str]:
         head = rows[0] if rows else []
         for i, name in enumerate(head):
             if re.match(r"p\b", name.strip()):
-                found += [f"a p-value printed as zero in column {name!r}: {row[i]!r}" for row in rows[1:]
-                          if i < len(row) and ZERO_CELL.match(row[i].strip())]
+                found += [
+                    f"a p-value printed as zero in column {name!r}: {row[i]!r}"
+                    for row in rows[1:]
+                    if i < len(row) and ZERO_CELL.match(row[i].strip())
+                ]
     return found
 
 
@@ -261,8 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, nargs="?", default=Path("reports"), help="the reports folder")
     parser.add_argument("--screenshots", type=Path, help="write a PNG of each page's first screen here")
-    parser.add_argument("--no-browser", action="store_true",
-                        help="only the checks read from the files (links, p-values, ticks), no Chromium")
+    parser.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="only the checks read from the files (links, p-values, ticks), no Chromium",
+    )
     args = parser.parse_args(argv)
     found, unrecorded = site_problems(args.folder)
     if not args.no_browser:

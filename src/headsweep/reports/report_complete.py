@@ -50,7 +50,9 @@ def incomplete(sweep: str, cells: list[Cell], specs_dir: Path = SWEEPS_DIR) -> s
         if runs < n_cells * n_seeds:
             missing = f"{n_cells - len(cells)} of its cells not run yet" if len(cells) < n_cells else ""
             said = "; ".join(s for s in (missing, fewer) if s)
-            return (f"**Incomplete: {runs} of {n_cells * n_seeds} planned runs** (`{source}`: {n_cells} "
-                    f"cells x {n_seeds} seeds){f'; {said}' if said else ''}. Every number below is of the runs here.")
+            return (
+                f"**Incomplete: {runs} of {n_cells * n_seeds} planned runs** (`{source}`: {n_cells} "
+                f"cells x {n_seeds} seeds){f'; {said}' if said else ''}. Every number below is of the runs here."
+            )
         return None
     return f"**Incomplete:** {fewer}. Every number below is of the runs here." if short else None

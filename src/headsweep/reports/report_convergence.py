@@ -48,22 +48,32 @@ def convergence(cells: list[Cell]) -> dict:
         c.row["last_third"] = [(r.seed, shares[r.dir]["share"] if shares[r.dir] else None) for r in c.runs]
         c.row["last_third_words"] = "share of the val-loss drop in the last third of training: " + "; ".join(
             f"seed {seed} " + ("not measured" if share is None else f"{share:.0%}")
-            for seed, share in c.row["last_third"])
+            for seed, share in c.row["last_third"]
+        )
     values = [s["share"] for s in shares.values() if s]
     if not values:
         return {"n": 0, "unchecked": len(shares)}
     median = statistics.median(values)
-    return {"n": len(values), "unchecked": len(shares) - len(values), "median": median, "min": min(values),
-            "max": max(values), "firsts": sorted({s["first"] for s in shares.values() if s}),
-            "lasts": sorted({s["last"] for s in shares.values() if s}), "not_converged": median > NOT_CONVERGED_SHARE}
+    return {
+        "n": len(values),
+        "unchecked": len(shares) - len(values),
+        "median": median,
+        "min": min(values),
+        "max": max(values),
+        "firsts": sorted({s["first"] for s in shares.values() if s}),
+        "lasts": sorted({s["last"] for s in shares.values() if s}),
+        "not_converged": median > NOT_CONVERGED_SHARE,
+    }
 
 
 def words(conv: dict, ranking_lines: list[str], ranking: dict | None) -> list[str]:
     """The report's "Is the budget long enough?" section."""
     lines = ["## Is the budget long enough?", ""]
     if not conv["n"]:
-        lines.append("- Last third's share of the val-loss drop: no run has two validations with a falling val loss "
-                     "in its metrics CSV; not measured.")
+        lines.append(
+            "- Last third's share of the val-loss drop: no run has two validations with a falling val loss "
+            "in its metrics CSV; not measured."
+        )
     else:
         steps = lambda xs: " or ".join(map(str, xs))  # noqa: E731
         lines.append(
@@ -71,18 +81,34 @@ def words(conv: dict, ranking_lines: list[str], ranking: dict | None) -> list[st
             f"its first validation, step {steps(conv['firsts'])}, to its last, step {steps(conv['lasts'])}) came in "
             f"the last third of training (range {conv['min']:.0%} to {conv['max']:.0%} over {conv['n']} runs; val "
             "loss at two thirds of the way interpolated between validations)"
-            + (f"; {conv['unchecked']} run{'s' * (conv['unchecked'] != 1)} not measured (too few validations or no "
-               "fall)" if conv["unchecked"] else "") + ".")
+            + (
+                f"; {conv['unchecked']} run{'s' * (conv['unchecked'] != 1)} not measured (too few validations or no "
+                "fall)"
+                if conv["unchecked"]
+                else ""
+            )
+            + "."
+        )
     lines += [f"- {w}" for w in ranking_lines]
     if conv["n"] and conv["not_converged"]:
-        settled = "" if ranking is None or ranking.get("tau") is None else \
-            (" The cells' order did not change between half and full budget (tau 1), but the gaps between them may "
-             "still." if ranking["tau"] == 1 else
-             f" The cells' order changed between half and full budget (tau {ranking['tau']:.2f}).")
-        lines.append(f"- **Not converged: differences may be speeds of learning.** More than "
-                     f"{NOT_CONVERGED_SHARE:.0%} of the val-loss drop (the median run's) came in the last third, so "
-                     f"a cell behind at this budget may only be learning slower.{settled}")
+        settled = (
+            ""
+            if ranking is None or ranking.get("tau") is None
+            else (
+                " The cells' order did not change between half and full budget (tau 1), but the gaps between them may "
+                "still."
+                if ranking["tau"] == 1
+                else f" The cells' order changed between half and full budget (tau {ranking['tau']:.2f})."
+            )
+        )
+        lines.append(
+            f"- **Not converged: differences may be speeds of learning.** More than "
+            f"{NOT_CONVERGED_SHARE:.0%} of the val-loss drop (the median run's) came in the last third, so "
+            f"a cell behind at this budget may only be learning slower.{settled}"
+        )
     elif conv["n"]:
-        lines.append(f"- The median run lost at most {NOT_CONVERGED_SHARE:.0%} of its val-loss drop in the last third: "
-                     "by this measure the curves have flattened at this budget.")
+        lines.append(
+            f"- The median run lost at most {NOT_CONVERGED_SHARE:.0%} of its val-loss drop in the last third: "
+            "by this measure the curves have flattened at this budget."
+        )
     return lines + [""]

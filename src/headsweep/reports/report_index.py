@@ -20,16 +20,27 @@ from headsweep.training.runs import RESULTS
 ALWAYS = ("model.heads", "model.d_k", "model.d_v")  # first, varied or not
 LAST = ("trainer.max_steps", "trainer.precision", "model.init")  # before the scores, varied or not
 # Short headers, so that the table fits a 1,280 px window (the rest: the setting's last part in words)
-HEADERS = {"model.kv_heads": "kv heads", "model.fixed_heads.enc_self": "fixed enc", "model.fixed_heads.dec_self":
-           "fixed dec", "model.fixed_heads.cross": "fixed cross", "model.head_dropout": "head drop",
-           "model.init_kv_gain": "kv gain", "module.peak_lr": "peak lr", "trainer.accelerator": "device",
-           "trainer.max_steps": "steps", "trainer.precision": "precision", "module.decay_by": "decay by"}
-NOTE = ("One row per experiment: runs of the same settings pooled over seeds, a run that several sweeps hold "
-        "(a copy, or the same run folder) counted once; under its name, the cell in each sweep's report "
-        "that holds it (`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
-        "the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
-        "PPL: test perplexity per subword (exp of the test NLL, teacher-forced, no label smoothing); mean ± sd "
-        "over seeds. Δ BLEU and p-values are on each sweep's page, against its own base.")
+HEADERS = {
+    "model.kv_heads": "kv heads",
+    "model.fixed_heads.enc_self": "fixed enc",
+    "model.fixed_heads.dec_self": "fixed dec",
+    "model.fixed_heads.cross": "fixed cross",
+    "model.head_dropout": "head drop",
+    "model.init_kv_gain": "kv gain",
+    "module.peak_lr": "peak lr",
+    "trainer.accelerator": "device",
+    "trainer.max_steps": "steps",
+    "trainer.precision": "precision",
+    "module.decay_by": "decay by",
+}
+NOTE = (
+    "One row per experiment: runs of the same settings pooled over seeds, a run that several sweeps hold "
+    "(a copy, or the same run folder) counted once; under its name, the cell in each sweep's report "
+    "that holds it (`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
+    "the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
+    "PPL: test perplexity per subword (exp of the test NLL, teacher-forced, no label smoothing); mean ± sd "
+    "over seeds. Δ BLEU and p-values are on each sweep's page, against its own base."
+)
 
 
 def run_identity(run: Run, depth: int = 8) -> str:
@@ -53,16 +64,28 @@ def run_identity(run: Run, depth: int = 8) -> str:
 def cell_settings(run: Run) -> dict:
     """What the cell trains and how it is scored (reuse.experiment_settings: the one definition of the same
     experiment), as JSON values; the analysis run afterwards and per-run paths left out."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in experiment_settings(run.flat).items()
-            if not k.startswith("analysis") and run.dir.name not in str(v)}
+    return {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in experiment_settings(run.flat).items()
+        if not k.startswith("analysis") and run.dir.name not in str(v)
+    }
 
 
 def cell_record(c: Cell) -> dict:
     """What the index needs of a cell beyond the sweep's own table: its settings and each run."""
-    return {"settings": cell_settings(c.runs[0]),
-            "runs": [{"id": run_identity(r), "seed": r.seed, "test_bleu": r.results["metrics"].get("test/bleu"),
-                      "test_ppl": r.results["metrics"].get("test/ppl"),
-                      "steps": r.results["metrics"].get("train/steps")} for r in c.runs]}
+    return {
+        "settings": cell_settings(c.runs[0]),
+        "runs": [
+            {
+                "id": run_identity(r),
+                "seed": r.seed,
+                "test_bleu": r.results["metrics"].get("test/bleu"),
+                "test_ppl": r.results["metrics"].get("test/ppl"),
+                "steps": r.results["metrics"].get("train/steps"),
+            }
+            for r in c.runs
+        ],
+    }
 
 
 def experiments(records: list[dict]) -> list[dict]:
@@ -74,8 +97,9 @@ def experiments(records: list[dict]) -> list[dict]:
             if "runs" not in c:
                 continue  # a report from before the index counted runs: named in the list of sweeps
             key = json.dumps(c["settings"], sort_keys=True)
-            row = rows.setdefault(key, {"settings": c["settings"], "label": c["cell"], "named_in": 0, "runs": [],
-                                        "where": []})
+            row = rows.setdefault(
+                key, {"settings": c["settings"], "label": c["cell"], "named_in": 0, "runs": [], "where": []}
+            )
             row["where"].append((record["sweep"], record["page"], c["anchor"], c["base"]))
             if len(c["cell"]) < len(row["label"]):  # the plainest name: h8-dk32-dv32, not ...-fixed_enc0
                 row["label"], row["named_in"] = c["cell"], len(row["where"]) - 1
@@ -93,8 +117,10 @@ def shared_runs(records: list[dict]) -> dict[str, int]:
         for c in record["cells"]:
             for r in c.get("runs", []):
                 holders.setdefault(r["id"], set()).add(record["sweep"])
-    return {record["sweep"]: len({r["id"] for c in record["cells"] for r in c.get("runs", [])
-                                  if len(holders[r["id"]]) > 1}) for record in records}
+    return {
+        record["sweep"]: len({r["id"] for c in record["cells"] for r in c.get("runs", []) if len(holders[r["id"]]) > 1})
+        for record in records
+    }
 
 
 def counts(records: list[dict]) -> str:
@@ -102,9 +128,15 @@ def counts(records: list[dict]) -> str:
     rows = experiments(records)
     distinct = sum(len(r["runs"]) for r in rows)
     listed = sum(len(c["runs"]) for record in records for c in record["cells"] if "runs" in c)
-    return (f"{len(rows)} experiments, {distinct} distinct runs" +
-            (f" ({listed} as the sweeps list them: {listed - distinct} held by more than one sweep)"
-             if listed != distinct else "") + ".")
+    return (
+        f"{len(rows)} experiments, {distinct} distinct runs"
+        + (
+            f" ({listed} as the sweeps list them: {listed - distinct} held by more than one sweep)"
+            if listed != distinct
+            else ""
+        )
+        + "."
+    )
 
 
 def columns(rows: list[dict]) -> list[str]:
@@ -112,8 +144,11 @@ def columns(rows: list[dict]) -> list[str]:
     record counts as differing: "—" where it is not recorded), then steps, precision and init. So no two
     rows look the same."""
     union = set().union(*(r["settings"] for r in rows)) if rows else set()
-    varied = [k for k in sorted(union, key=lambda k: (not k.startswith("model."), k))
-              if k not in (*ALWAYS, *LAST) and len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
+    varied = [
+        k
+        for k in sorted(union, key=lambda k: (not k.startswith("model."), k))
+        if k not in (*ALWAYS, *LAST) and len({json.dumps(r["settings"].get(k)) for r in rows}) > 1
+    ]
     return [k for k in (*ALWAYS, *varied, *LAST) if k in union]
 
 
@@ -158,11 +193,16 @@ def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     for row in rows:
         _, named_page, named_anchor, _ = row["where"][row["named_in"]]
         md_page = Path(named_page).with_suffix(".md").as_posix()
-        sweeps = ", ".join(f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
-                           for sweep, page, anchor, base in row["where"])
+        sweeps = ", ".join(
+            f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
+            for sweep, page, anchor, base in row["where"]
+        )
         cells = [f"[{row['label']}]({md_page}#{named_anchor})<br>in {sweeps}"]  # one column: the table fits 1,280 px
         cells += [steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k)) for k in keys]
-        cells += [runs_text(row["runs"]), mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),
-                  mean_sd_text([r["test_ppl"] for r in row["runs"]], 2)]
+        cells += [
+            runs_text(row["runs"]),
+            mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),
+            mean_sd_text([r["test_ppl"] for r in row["runs"]], 2),
+        ]
         body.append(cells)
     return head, body

@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reports.cells import Cell, learning_curve
 from headsweep.reports.report_table import display, reader_name, varies
 from headsweep.sweeps.specs import label_part
-from headsweep.reporting.plots import pyplot, save_figure
 
 
 def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[tuple[Path, str]]:
@@ -40,8 +40,11 @@ def bleu_axes(cells: list[Cell], keys: list[str]) -> tuple[str | None, list[str]
     varied setting (h first); d_k and d_v follow h, so they split nothing; the other varied settings
     each give a line (heads_by_width: h on the axis, one line per d_model). None: no such axis tells the
     cells of a line apart, so each cell gets a slot of its own."""
-    numeric = [k for k in keys if all(isinstance(c.runs[0].flat[k], (int, float))
-                                      and not isinstance(c.runs[0].flat[k], bool) for c in cells)]
+    numeric = [
+        k
+        for k in keys
+        if all(isinstance(c.runs[0].flat[k], (int, float)) and not isinstance(c.runs[0].flat[k], bool) for c in cells)
+    ]
     for x in sorted(numeric, key=lambda k: (k not in AXIS_FIRST, keys.index(k))):
         split = [k for k in keys if k != x and not (x == "model.heads" and k in ("model.d_k", "model.d_v"))]
         lines: dict[tuple, list] = {}
@@ -78,19 +81,35 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
         nonlocal stuck_shown
         ys = c.row["test_bleu_seeds"]
         stuck = [y for y, seed in zip(ys, c.row["seeds"]) if seed in c.row.get("stuck_seeds", [])]  # report_stuck
-        ax.scatter([x] * len(ys), ys, color=color, s=14, zorder=2, alpha=0.5,
-                   label="one seed" if c is cells[0] else None)
+        ax.scatter(
+            [x] * len(ys), ys, color=color, s=14, zorder=2, alpha=0.5, label="one seed" if c is cells[0] else None
+        )
         if stuck:
-            ax.scatter([x] * len(stuck), stuck, color="C3", marker="x", s=30, zorder=4,
-                       label=None if stuck_shown else "stuck seed (early plateau)")
+            ax.scatter(
+                [x] * len(stuck),
+                stuck,
+                color="C3",
+                marker="x",
+                s=30,
+                zorder=4,
+                label=None if stuck_shown else "stuck seed (early plateau)",
+            )
             stuck_shown = True
 
     if x_key is None:  # one slot per cell, named by its settings
         xs = list(range(len(cells)))
         for x, c in zip(xs, cells):
             seeds_at(x, c, "0.6")
-            ax.errorbar([x], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], fmt="o", color="C0",
-                        capsize=4, zorder=3, label=over_seeds(cells) if c is cells[0] else None)
+            ax.errorbar(
+                [x],
+                [c.row["test_bleu"]],
+                yerr=[c.row["test_bleu_sd"] or 0],
+                fmt="o",
+                color="C0",
+                capsize=4,
+                zorder=3,
+                label=over_seeds(cells) if c is cells[0] else None,
+            )
         names = ["-".join(label_part(k, c.runs[0].flat[k]) for k in keys) for c in cells]
         ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
         ax.set_xlim(-0.5, len(cells) - 0.5)
@@ -110,8 +129,14 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
                 seeds_at(x, c, color if split else "0.6")
             if split:  # one line per setting, the seeds' spread as a band
                 ax.plot(xs, mean, "o-", color=color, zorder=3, label=name)
-                ax.fill_between(xs, [m - d for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
-                                color=color, alpha=0.15, lw=0)
+                ax.fill_between(
+                    xs,
+                    [m - d for m, d in zip(mean, sd)],
+                    [m + d for m, d in zip(mean, sd)],
+                    color=color,
+                    alpha=0.15,
+                    lw=0,
+                )
             else:
                 ax.errorbar(xs, mean, yerr=sd, fmt="o", color="C0", capsize=4, zorder=3, label=over_seeds(cells))
         every_x = sorted({c.runs[0].flat[x_key] for c in cells})
@@ -130,13 +155,19 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
     ax.set_title(f"{sweep}: test BLEU vs {xlabel}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    caption = (f"Test BLEU against {against}: the mean over seeds, its ± sd as a band, each seed a dot; the base "
-               "cell's mean (dashed)" if x_key is not None and split and {len(c.runs) for c in cells} != {1} else
-               f"Test BLEU against {against}: each seed (dots), {over_seeds(cells)}, the base cell's mean (dashed)"
-               if x_key is not None else
-               f"Test BLEU of {against}: each seed (grey), {over_seeds(cells)} (blue), the base cell's mean (dashed)")
-    caption += ("; a red cross marks a seed stuck on an early plateau (Stuck runs), counted in the mean."
-                if stuck_shown else ".")
+    caption = (
+        f"Test BLEU against {against}: the mean over seeds, its ± sd as a band, each seed a dot; the base "
+        "cell's mean (dashed)"
+        if x_key is not None and split and {len(c.runs) for c in cells} != {1}
+        else f"Test BLEU against {against}: each seed (dots), {over_seeds(cells)}, the base cell's mean (dashed)"
+        if x_key is not None
+        else f"Test BLEU of {against}: each seed (grey), {over_seeds(cells)} (blue), the base cell's mean (dashed)"
+    )
+    caption += (
+        "; a red cross marks a seed stuck on an early plateau (Stuck runs), counted in the mean."
+        if stuck_shown
+        else "."
+    )
     return fig, caption
 
 
@@ -154,8 +185,16 @@ def params_figure(sweep: str, cells: list[Cell]):
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.4, 4.2))
     for i, c in enumerate(cells):
-        ax.errorbar([c.row["params_M"]], [c.row["test_bleu"]], yerr=[c.row["test_bleu_sd"] or 0], ls="none",
-                    color=f"C{i % 10}", marker="osD^v<>"[i // 10 % 7], capsize=4, label=display(c))
+        ax.errorbar(
+            [c.row["params_M"]],
+            [c.row["test_bleu"]],
+            yerr=[c.row["test_bleu_sd"] or 0],
+            ls="none",
+            color=f"C{i % 10}",
+            marker="osD^v<>"[i // 10 % 7],
+            capsize=4,
+            label=display(c),
+        )
     ax.set_xlabel("parameters (M)")
     ax.set_ylabel("test BLEU")
     ax.set_title(f"{sweep}: test BLEU vs parameters")
@@ -194,8 +233,9 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path,
                 continue
             color = f"C{i % 10}"
             ax.plot(steps, mean, marker="o", ms=3, color=color, label=display(c))
-            ax.fill_between(steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                            color=color, alpha=0.15)
+            ax.fill_between(
+                steps, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], color=color, alpha=0.15
+            )
     for ax, name in zip(axes, ("val BLEU (greedy)", "val loss (NLL per subword)")):
         ax.set_xlabel("training step")
         ax.set_ylabel(name)
@@ -206,6 +246,9 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path,
     path = out_dir / f"{sweep}-curves.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)
-    spread = ("one seed per cell (no spread)" if {len(c.runs) for c in cells} == {1} else
-              "mean ± sd over the seeds that validated at that step")
+    spread = (
+        "one seed per cell (no spread)"
+        if {len(c.runs) for c in cells} == {1}
+        else "mean ± sd over the seeds that validated at that step"
+    )
     return path, f"Learning curves: val BLEU (greedy) and val loss against training step, one line per cell, {spread}."

@@ -11,26 +11,56 @@ import json
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.reporting.html import page
+from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
 from headsweep.reports import report_index
 from headsweep.reports.cells import Cell
 from headsweep.reports.report_table import anchor
-from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
 
-PRUNE_FIGURE = ("BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
-                "importance pruning to the same counts without fine-tuning.")
+PRUNE_FIGURE = (
+    "BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
+    "importance pruning to the same counts without fine-tuning."
+)
+
+
 def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out: list) -> dict:
     """What the index shows of one sweep: its page, its cells' numbers, what was left out."""
     return {
-        "sweep": sweep, "title": title, "page": f"{sweep}.html", "runs": len(runs),
+        "sweep": sweep,
+        "title": title,
+        "page": f"{sweep}.html",
+        "runs": len(runs),
         "left_out": [[d.name, why] for d, why in left_out],
-        "cells": [{"cell": c.label, "base": c.base, "anchor": anchor(c), "h": c.row["h"], "d_k": c.row["d_k"],
-                   "d_v": c.row["d_v"],
-                   **{k: c.row[k] for k in ("params_M", "attn_mflops", "test_bleu", "test_bleu_sd", "delta", "p_holm",
-                                            "p_bound", "test_chrf", "val_bleu", "n", "precision", "compile")},
-                   **report_index.cell_record(c)}
-                  for c in cells],
+        "cells": [
+            {
+                "cell": c.label,
+                "base": c.base,
+                "anchor": anchor(c),
+                "h": c.row["h"],
+                "d_k": c.row["d_k"],
+                "d_v": c.row["d_v"],
+                **{
+                    k: c.row[k]
+                    for k in (
+                        "params_M",
+                        "attn_mflops",
+                        "test_bleu",
+                        "test_bleu_sd",
+                        "delta",
+                        "p_holm",
+                        "p_bound",
+                        "test_chrf",
+                        "val_bleu",
+                        "n",
+                        "precision",
+                        "compile",
+                    )
+                },
+                **report_index.cell_record(c),
+            }
+            for c in cells
+        ],
     }
 
 
@@ -51,9 +81,11 @@ def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
 
 
 # The views across sweeps, each written by its own command: (markdown file pattern, what it answers, the command)
-VIEWS = (("explain.md", "heads or head width? BLEU against d_k across sweeps", "make explain"),
-         ("lengths.md", "narrow heads against sentence length", "make lengths"),
-         ("*-budget.md", "the gaps to the base at 1x and 2x the steps", "make budget"))
+VIEWS = (
+    ("explain.md", "heads or head width? BLEU against d_k across sweeps", "make explain"),
+    ("lengths.md", "narrow heads against sentence length", "make lengths"),
+    ("*-budget.md", "the gaps to the base at 1x and 2x the steps", "make budget"),
+)
 
 
 def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
@@ -80,8 +112,13 @@ def md_link(page_name: str) -> str:
     return Path(page_name).with_suffix(".md").as_posix()
 
 
-def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir: Path, unreported: list[str],
-                   views: list[tuple[Path, str, str]] = ()) -> str:
+def index_markdown(
+    records: list[dict],
+    prunes: list[tuple[Path, str]],
+    out_dir: Path,
+    unreported: list[str],
+    views: list[tuple[Path, str, str]] = (),
+) -> str:
     head, rows = report_index.table(records)
     old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
     shared = report_index.shared_runs(records)
@@ -89,23 +126,42 @@ def index_markdown(records: list[dict], prunes: list[tuple[Path, str]], out_dir:
     for r in records:
         left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
         also = f" ({shared[r['sweep']]} also in another sweep)" if shared.get(r["sweep"]) else ""
-        lines.append(f"- [{r['title']}]({md_link(r['page'])}): {counted(r['runs'], 'run')}{also} in "
-                     f"{counted(len(r['cells']), 'cell')}{left}")
+        lines.append(
+            f"- [{r['title']}]({md_link(r['page'])}): {counted(r['runs'], 'run')}{also} in "
+            f"{counted(len(r['cells']), 'cell')}{left}"
+        )
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
-    lines += [f"- {name}: its report is older than the table below, which leaves it out: `make report SWEEP={name}`"
-              for name in old]
+    lines += [
+        f"- {name}: its report is older than the table below, which leaves it out: `make report SWEEP={name}`"
+        for name in old
+    ]
     lines += ["", "## Across sweeps", ""]
-    lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or \
-        [f"- none yet: {', '.join(command for *_, command in VIEWS)}"]
+    lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or [
+        f"- none yet: {', '.join(command for *_, command in VIEWS)}"
+    ]
     lines += ["", "## Pruning reports", ""]
-    lines += [f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes] or \
-        ["- none yet: `make prune CKPT=<run dir>`"]
-    lines += ["", "## Every experiment", "", report_index.counts(records) + " " + report_index.NOTE, "",
-              "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
-              "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report.", "",
-              f'<p><input id="filter" type="search" placeholder="filter the experiments" '
-              f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} experiments</p>',
-              "", '<div id="cells">', "", *table(head, rows, align=True), "", "</div>", ""]
+    lines += [
+        f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes
+    ] or ["- none yet: `make prune CKPT=<run dir>`"]
+    lines += [
+        "",
+        "## Every experiment",
+        "",
+        report_index.counts(records) + " " + report_index.NOTE,
+        "",
+        "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
+        "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report.",
+        "",
+        f'<p><input id="filter" type="search" placeholder="filter the experiments" '
+        f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} experiments</p>',
+        "",
+        '<div id="cells">',
+        "",
+        *table(head, rows, align=True),
+        "",
+        "</div>",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -118,8 +174,15 @@ def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
         if isinstance(record, dict) and "cells" in record and (out_dir / record.get("page", "")).is_file():
             records.append(record)
     reported = {r["sweep"] for r in records}
-    unreported = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name not in reported and d.name != RUNS
-                        and any(d.glob("*/results.json"))) if root is not None and root.is_dir() else []
+    unreported = (
+        sorted(
+            d.name
+            for d in root.iterdir()
+            if d.is_dir() and d.name not in reported and d.name != RUNS and any(d.glob("*/results.json"))
+        )
+        if root is not None and root.is_dir()
+        else []
+    )
     prunes = prune_pages(out_dir)
     views = view_pages(out_dir)
     md = index_markdown(records, prunes, out_dir, unreported, views)

@@ -29,14 +29,14 @@ from pathlib import Path
 
 from scipy.stats import pearsonr
 
-from headsweep.reports.cells import Cell, Run, learning_curve
-from headsweep.reports.report_table import display, fmt
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import mean_sd
+from headsweep.reports.cells import Cell, Run, learning_curve
+from headsweep.reports.report_table import display, fmt
 
-EARLY_SHARE = 0.4        # of trainer.max_steps: where a stuck run's plateau shows and a normal run has left it
-FLOOR_SPREADS = 5        # gaps count only this many seed sds above the base
-MIN_GROUP = 3            # runs at least above a gap for it to set the threshold
+EARLY_SHARE = 0.4  # of trainer.max_steps: where a stuck run's plateau shows and a normal run has left it
+FLOOR_SPREADS = 5  # gaps count only this many seed sds above the base
+MIN_GROUP = 3  # runs at least above a gap for it to set the threshold
 SHIPPED_THRESHOLD = 0.364  # the rule on the 112 shipped runs; the fallback where the data are too few
 THRESHOLD_RANGE = (0.0, 10.0)  # open: a val-loss difference (nats per subword) a report can use
 
@@ -44,9 +44,10 @@ THRESHOLD_RANGE = (0.0, 10.0)  # open: a val-loss difference (nats per subword) 
 @dataclass(frozen=True)
 class Early:
     """A run's early val loss and its excess over its reference cell's median there."""
+
     step: int
     loss: float
-    reference: str           # the reference cell's label
+    reference: str  # the reference cell's label
     reference_median: float
     excess: float
 
@@ -54,7 +55,7 @@ class Early:
 @dataclass(frozen=True)
 class Threshold:
     value: float
-    how: str                 # "data": the rule on the pooled runs; "shipped": its fallback; "given": --stuck-threshold
+    how: str  # "data": the rule on the pooled runs; "shipped": its fallback; "given": --stuck-threshold
     n_runs: int = 0
     n_base: int = 0
     n_sweeps: int = 0
@@ -69,9 +70,11 @@ def check_threshold(value: float | None) -> float | None:
         return None
     lo, hi = THRESHOLD_RANGE
     if not (isinstance(value, (int, float)) and lo < value < hi):  # NaN fails too
-        raise ValueError(f"--stuck-threshold: got {value!r}; allowed: a number between {lo:g} and {hi:g} "
-                         "(exclusive), the rise in early val loss over the base's median, in nats per subword, "
-                         "above which a run counts as stuck; leave it out to choose it from the data")
+        raise ValueError(
+            f"--stuck-threshold: got {value!r}; allowed: a number between {lo:g} and {hi:g} "
+            "(exclusive), the rise in early val loss over the base's median, in nats per subword, "
+            "above which a run counts as stuck; leave it out to choose it from the data"
+        )
     return float(value)
 
 
@@ -128,8 +131,14 @@ def flag(cells: list[Cell], early: dict[Path, Early], threshold: float) -> None:
         seeds = [(r.seed, early.get(r.dir), r.results["metrics"]["test/bleu"]) for r in c.runs]
         stuck = [s for s, e, _ in seeds if e is not None and e.excess > threshold]
         kept = [b for s, _, b in seeds if s not in stuck]
-        c.row.update(early=seeds, stuck_seeds=stuck, checked=sum(e is not None for _, e, _ in seeds),
-                     bleu_all=mean_sd([b for *_, b in seeds]), bleu_kept=mean_sd(kept), n_kept=len(kept))
+        c.row.update(
+            early=seeds,
+            stuck_seeds=stuck,
+            checked=sum(e is not None for _, e, _ in seeds),
+            bleu_all=mean_sd([b for *_, b in seeds]),
+            bleu_kept=mean_sd(kept),
+            n_kept=len(kept),
+        )
         c.row["early_words"] = early_words(c, threshold)  # the cell's details (report_table.cell_details)
 
 
@@ -152,17 +161,25 @@ def threshold_words(t: Threshold) -> str:
     """The threshold, and how it was chosen, with its numbers."""
     if t.how == "given":
         return f"threshold {t.value:.3f}, given with --stuck-threshold (the data's rule not applied)"
-    pooled = (f"the early excess of the {t.n_runs} distinct runs of {t.n_sweeps} sweep{'s' * (t.n_sweeps != 1)} "
-              f"in the results folder")
-    rule = (f"the midpoint of the widest gap between consecutive values of {pooled}, among the gaps above a floor "
-            f"(the base runs' median excess plus {FLOOR_SPREADS} seed sds; seed sd: the sd of the {t.n_base} base "
-            f"runs' excesses around their own cell's median) that leave at least {MIN_GROUP} runs above them")
+    pooled = (
+        f"the early excess of the {t.n_runs} distinct runs of {t.n_sweeps} sweep{'s' * (t.n_sweeps != 1)} "
+        f"in the results folder"
+    )
+    rule = (
+        f"the midpoint of the widest gap between consecutive values of {pooled}, among the gaps above a floor "
+        f"(the base runs' median excess plus {FLOOR_SPREADS} seed sds; seed sd: the sd of the {t.n_base} base "
+        f"runs' excesses around their own cell's median) that leave at least {MIN_GROUP} runs above them"
+    )
     if t.how == "data":
-        return (f"threshold {t.value:.3f}, chosen from the data: {rule}; seed sd {t.seed_sd:.3f}, floor "
-                f"{t.floor:.3f}, widest gap {t.gap[0]:.3f} → {t.gap[1]:.3f}")
+        return (
+            f"threshold {t.value:.3f}, chosen from the data: {rule}; seed sd {t.seed_sd:.3f}, floor "
+            f"{t.floor:.3f}, widest gap {t.gap[0]:.3f} → {t.gap[1]:.3f}"
+        )
     why = "fewer than two base runs" if t.seed_sd is None else "no such gap"
-    return (f"threshold {t.value:.3f}: the rule ({rule}) on the 112 shipped runs; the runs here cannot support "
-            f"the rule ({why})")
+    return (
+        f"threshold {t.value:.3f}: the rule ({rule}) on the 112 shipped runs; the runs here cannot support "
+        f"the rule ({why})"
+    )
 
 
 def bleu_text(mean_and_sd: tuple[float | None, float | None], n: int) -> str:
@@ -177,14 +194,34 @@ def with_without_table(cells: list[Cell]) -> list[str]:
     for c in cells:
         r = c.row
         ref = by_label.get(r.get("against") or "") or next((o for o in cells if o.base), None)
-        delta = None if c.base or ref is None or r["bleu_kept"][0] is None or ref.row["bleu_kept"][0] is None \
+        delta = (
+            None
+            if c.base or ref is None or r["bleu_kept"][0] is None or ref.row["bleu_kept"][0] is None
             else r["bleu_kept"][0] - ref.row["bleu_kept"][0]
+        )
         stuck = ", ".join(f"s{s}" for s in r["stuck_seeds"]) or "—"
-        rows.append([display(c), f"{len(r['stuck_seeds'])} of {r['checked']}" if r["checked"] else "not checked",
-                     stuck, bleu_text(r["bleu_all"], len(c.runs)), bleu_text(r["bleu_kept"], r["n_kept"]),
-                     "—" if delta is None else f"{delta:+.2f}"])
-    return markdown_table(["cell", "stuck", "stuck seeds", "BLEU test, every run", "BLEU test, stuck runs left out",
-                           "Δ BLEU test, stuck left out"], rows, align=True)
+        rows.append(
+            [
+                display(c),
+                f"{len(r['stuck_seeds'])} of {r['checked']}" if r["checked"] else "not checked",
+                stuck,
+                bleu_text(r["bleu_all"], len(c.runs)),
+                bleu_text(r["bleu_kept"], r["n_kept"]),
+                "—" if delta is None else f"{delta:+.2f}",
+            ]
+        )
+    return markdown_table(
+        [
+            "cell",
+            "stuck",
+            "stuck seeds",
+            "BLEU test, every run",
+            "BLEU test, stuck runs left out",
+            "Δ BLEU test, stuck left out",
+        ],
+        rows,
+        align=True,
+    )
 
 
 def early_words(c: Cell, threshold: float) -> str:
@@ -201,8 +238,9 @@ def early_words(c: Cell, threshold: float) -> str:
     return f"early val loss{against} (stuck above +{threshold:.3f}): " + "; ".join(parts)
 
 
-def section(cells: list[Cell], early: dict[Path, Early], t: Threshold,
-            pooled_r: tuple[float | None, int] | None = None) -> list[str]:
+def section(
+    cells: list[Cell], early: dict[Path, Early], t: Threshold, pooled_r: tuple[float | None, int] | None = None
+) -> list[str]:
     """The report's "Stuck runs" section: the rule, the flagged runs, the cells with and without them, the
     cells whose seeds disagree, and how well early val loss predicts test BLEU."""
     steps = sorted({e.step for e in early.values()})
@@ -213,24 +251,38 @@ def section(cells: list[Cell], early: dict[Path, Early], t: Threshold,
     lines = ["## Stuck runs", ""]
     if not early:
         return lines + ["No run has a val loss in its metrics CSV: nothing to check for an early plateau.", ""]
-    lines.append(f"- Early val loss: each run's val loss at the validation nearest {EARLY_SHARE:.0%} of "
-                 f"trainer.max_steps (step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}), minus the median "
-                 f"of its reference cell's runs there (the base, or the base at the cell's model size: "
-                 f"{', '.join(refs)}). A run is stuck on an early plateau when that excess is above the "
-                 f"{threshold_words(t)}.")
+    lines.append(
+        f"- Early val loss: each run's val loss at the validation nearest {EARLY_SHARE:.0%} of "
+        f"trainer.max_steps (step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}), minus the median "
+        f"of its reference cell's runs there (the base, or the base at the cell's model size: "
+        f"{', '.join(refs)}). A run is stuck on an early plateau when that excess is above the "
+        f"{threshold_words(t)}."
+    )
     if stuck:
-        lines.append(f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked): "
-                     + "; ".join(f"`{r.dir.name}` {e.loss:.3f} at step {e.step} ({e.excess:+.3f}), test BLEU "
-                                 f"{r.results['metrics']['test/bleu']:.2f}" for c, r, e in stuck) + ".")
+        lines.append(
+            f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked): "
+            + "; ".join(
+                f"`{r.dir.name}` {e.loss:.3f} at step {e.step} ({e.excess:+.3f}), test BLEU "
+                f"{r.results['metrics']['test/bleu']:.2f}"
+                for c, r, e in stuck
+            )
+            + "."
+        )
     else:
-        lines.append(f"- No run is stuck: every checked run's excess is at most {t.value:.3f} "
-                     f"(the largest: {max(e.excess for e in early.values()):+.3f}).")
+        lines.append(
+            f"- No run is stuck: every checked run's excess is at most {t.value:.3f} "
+            f"(the largest: {max(e.excess for e in early.values()):+.3f})."
+        )
     split = disagreeing(cells)
     if split:
-        named = [f"{display(c)} (stuck: seed{'s' * (len(c.row['stuck_seeds']) > 1)} "
-                 f"{', '.join(map(str, c.row['stuck_seeds']))} of {c.row['checked']})" for c in split]
-        lines.append("- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: "
-                     + "; ".join(named) + ".")
+        named = [
+            f"{display(c)} (stuck: seed{'s' * (len(c.row['stuck_seeds']) > 1)} "
+            f"{', '.join(map(str, c.row['stuck_seeds']))} of {c.row['checked']})"
+            for c in split
+        ]
+        lines.append(
+            "- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: " + "; ".join(named) + "."
+        )
     elif stuck:
         lines.append("- No cell's seeds disagree: a cell's seeds are all stuck or none is.")
     if unchecked:
@@ -240,14 +292,19 @@ def section(cells: list[Cell], early: dict[Path, Early], t: Threshold,
     if r_sweep is not None or (pooled_r and pooled_r[0] is not None):
         said = [f"over this sweep's {len(pairs)} runs r = {r_sweep:.2f}"] if r_sweep is not None else []
         if pooled_r and pooled_r[0] is not None:
-            said.append(f"over the {pooled_r[1]} distinct runs of every sweep in the results folder "
-                        f"r = {pooled_r[0]:.2f}")
+            said.append(
+                f"over the {pooled_r[1]} distinct runs of every sweep in the results folder r = {pooled_r[0]:.2f}"
+            )
         lines.append("- Early val loss against final test BLEU (Pearson): " + "; ".join(said) + ".")
     lines.append("")
     if stuck:
-        lines += ["Every run stays in the table above and in every p-value; here each cell's test BLEU with and "
-                  "without its stuck runs (mean ± sd over seeds, n runs):", "",
-                  *with_without_table(cells), ""]
+        lines += [
+            "Every run stays in the table above and in every p-value; here each cell's test BLEU with and "
+            "without its stuck runs (mean ± sd over seeds, n runs):",
+            "",
+            *with_without_table(cells),
+            "",
+        ]
     return lines
 
 
@@ -259,6 +316,9 @@ def note(cells: list[Cell], early: dict[Path, Early], t: Threshold) -> str:
     if not n:
         return f"No run is stuck on an early plateau (early val loss threshold {t.value:.3f}; see Stuck runs)."
     split = disagreeing(cells)
-    return (f"{n} run{'s' * (n != 1)} stuck on an early plateau (early val loss more than {t.value:.3f} above the "
-            f"base's median; column 'stuck'); kept in every number, shown without them under Stuck runs"
-            + (f"; seeds disagree in {', '.join(display(c) for c in split)}" if split else "") + ".")
+    return (
+        f"{n} run{'s' * (n != 1)} stuck on an early plateau (early val loss more than {t.value:.3f} above the "
+        f"base's median; column 'stuck'); kept in every number, shown without them under Stuck runs"
+        + (f"; seeds disagree in {', '.join(display(c) for c in split)}" if split else "")
+        + "."
+    )

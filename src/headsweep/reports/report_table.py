@@ -9,10 +9,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from headsweep.reports.cells import Cell, learning_curve, val_loss_rises
-from headsweep.sweeps.paper import COLUMNS
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
+from headsweep.reports.cells import Cell, learning_curve, val_loss_rises
+from headsweep.sweeps.paper import COLUMNS
 
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
 
@@ -37,7 +37,7 @@ def fmt(value, digits: int = 2, sd=None) -> str:
         return "—"
     if isinstance(value, float):
         # a learning rate (2.83e-3) would print as 0.00 with fixed digits
-        text = f"{value:.{digits + 1}g}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"
+        text = f"{value:.{digits + 1}g}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"
         return f"{text} ± {sd:.{digits}f}" if sd is not None else text
     return str(value)
 
@@ -62,11 +62,18 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
     measured = list(dict.fromkeys(k for c in cells for k in c.row.get("measured", {})))  # e.g. decoding speed
     scaled = any(c.row.get("against") for c in cells)  # some cells are compared with the base at their size
     stuck = any(c.row.get("stuck_seeds") for c in cells)  # report_stuck: a column only where a run is stuck
-    columns = (["cell", "h", "d_k", "d_v", *map(reader_name, extra)] + ["params (M)"] * params
-               + ["attn MFLOP/token"] * flops + measured + ["steps"] * steps
-               + ["BLEU test"] + ["stuck"] * stuck + ["against"] * scaled
-               + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
-               + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper)
+    columns = (
+        ["cell", "h", "d_k", "d_v", *map(reader_name, extra)]
+        + ["params (M)"] * params
+        + ["attn MFLOP/token"] * flops
+        + measured
+        + ["steps"] * steps
+        + ["BLEU test"]
+        + ["stuck"] * stuck
+        + ["against"] * scaled
+        + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
+        + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper
+    )
     body = []
     for c in cells:
         r, first = c.row, c.runs[0]
@@ -77,13 +84,19 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"])]
         row += [f"{len(r['stuck_seeds'])} of {r['checked']}" if r.get("stuck_seeds") else "—"] * stuck
         row += [r.get("against") or ("—" if c.base else "base")] * scaled
-        row += ["—" if r["delta"] is None else f"{r['delta']:+.2f}",
-                fmt_p(r.get("p_holm"), r["p_bound"]), fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
-                fmt(r["val_bleu"], 2, r["val_bleu_sd"])]
+        row += [
+            "—" if r["delta"] is None else f"{r['delta']:+.2f}",
+            fmt_p(r.get("p_holm"), r["p_bound"]),
+            fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
+            fmt(r["val_bleu"], 2, r["val_bleu_sd"]),
+        ]
         if paper:
             p = r["paper"] or {}
-            row += [p.get("row", "—"), fmt(p.get("dev_bleu"), 1),
-                    "—" if r["paper_delta"] is None else f"{r['paper_delta']:+.1f}"]
+            row += [
+                p.get("row", "—"),
+                fmt(p.get("dev_bleu"), 1),
+                "—" if r["paper_delta"] is None else f"{r['paper_delta']:+.1f}",
+            ]
         body.append(row)
     return columns, body
 
@@ -104,13 +117,17 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         f"{r['attn_mflops']:.3f} MFLOP per token at {r['flops_context']} tokens of context",
     ]
     if not c.base and r["delta"] is not None:
-        lines.append(f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
-                     f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
-                     f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else ""))
+        lines.append(
+            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
+            f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
+            f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else "")
+        )
     if paper:
-        lines.append(f"- paper: Table 3 row {paper['row']}, dev PPL {fmt(paper.get('dev_ppl'))}, dev BLEU "
-                     f"{fmt(paper.get('dev_bleu'), 1)}"
-                     + (f", params {paper['params_M']:.0f} M" if paper.get("params_M") else ", no parameter count"))
+        lines.append(
+            f"- paper: Table 3 row {paper['row']}, dev PPL {fmt(paper.get('dev_ppl'))}, dev BLEU "
+            f"{fmt(paper.get('dev_bleu'), 1)}"
+            + (f", params {paper['params_M']:.0f} M" if paper.get("params_M") else ", no parameter count")
+        )
     lines += [f"- {w}" for w in missing_words(c)]
     lines.append(f"- {cell_loss_words(c)}")
     lines += [f"- {r[k]}" for k in ("early_words", "last_third_words") if r.get(k)]  # report_stuck, report_convergence
@@ -128,17 +145,21 @@ def missing_words(c: Cell) -> list[str]:
     words = []
     for seed, steps in missing_validations(c):
         at = ", ".join(map(str, steps))
-        words.append(f"{display(c)}: seed {seed} has no validation at step{'s' if len(steps) > 1 else ''} {at} "
-                     f"(no such row in its metrics CSV); the learning curve there is the mean of "
-                     f"{len(c.runs) - 1} of {len(c.runs)} seeds")
+        words.append(
+            f"{display(c)}: seed {seed} has no validation at step{'s' if len(steps) > 1 else ''} {at} "
+            f"(no such row in its metrics CSV); the learning curve there is the mean of "
+            f"{len(c.runs) - 1} of {len(c.runs)} seeds"
+        )
     return words
 
 
 def rise_words(rises: list[tuple[int, float, float]]) -> str:
     """Where a run's val loss went up: each step with the loss before and at it (4 decimals: a rise of a
     thousandth must not print as two equal numbers)."""
-    return "; ".join(f"{'rose' if loss > prev else 'did not fall'} at step {step} ({prev:.4f} → {loss:.4f})"
-                     for step, prev, loss in rises)
+    return "; ".join(
+        f"{'rose' if loss > prev else 'did not fall'} at step {step} ({prev:.4f} → {loss:.4f})"
+        for step, prev, loss in rises
+    )
 
 
 def cell_loss_words(c: Cell) -> str:
@@ -150,8 +171,10 @@ def cell_loss_words(c: Cell) -> str:
     parts += [f"seed {run.seed} (`{run.dir.name}`) {rise_words(rises)}" for run, rises in checks if rises]
     unchecked = [str(run.seed) for run, rises in checks if rises is None]
     if unchecked:
-        parts.append(f"seed{'s' * (len(unchecked) > 1)} {', '.join(unchecked)} not checked: fewer than two "
-                     "validations in the metrics CSV")
+        parts.append(
+            f"seed{'s' * (len(unchecked) > 1)} {', '.join(unchecked)} not checked: fewer than two "
+            "validations in the metrics CSV"
+        )
     return "val loss " + "; ".join(parts)
 
 
@@ -170,8 +193,9 @@ def loss_note(cells: list[Cell]) -> str:
     else:
         line = "Val loss fell at every validation in " + ({1: "the one run", 2: "both runs"}.get(n) or f"all {n} runs")
     if unchecked:
-        line += ("\n  - not checked" if rose else "; not checked") + \
-            f" ({len(unchecked)}, fewer than two validations in the metrics CSV): {', '.join(unchecked)}"
+        line += (
+            "\n  - not checked" if rose else "; not checked"
+        ) + f" ({len(unchecked)}, fewer than two validations in the metrics CSV): {', '.join(unchecked)}"
     return line + ("" if rose else ".")
 
 
@@ -182,11 +206,19 @@ def machine_note(cells: list[Cell]) -> str:
     if len(counts) == 1:
         name = next(iter(counts))
         if name == "not recorded":
-            return ("Machine: not recorded in results.json (runs from before it named the machine; their commit "
-                    "messages and docs/ name it).")
+            return (
+                "Machine: not recorded in results.json (runs from before it named the machine; their commit "
+                "messages and docs/ name it)."
+            )
         return f"Every run trained on {name}."
-    return "Machines: " + "; ".join(f"{name}: {n} run{'' if n == 1 else 's'}" for name, n in
-                                    sorted(counts.items(), key=lambda kv: (kv[0] == "not recorded", kv[0]))) + "."
+    return (
+        "Machines: "
+        + "; ".join(
+            f"{name}: {n} run{'' if n == 1 else 's'}"
+            for name, n in sorted(counts.items(), key=lambda kv: (kv[0] == "not recorded", kv[0]))
+        )
+        + "."
+    )
 
 
 # Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.
@@ -200,6 +232,11 @@ def decode_speed_columns(sweep_dir: Path) -> dict[str, dict[str, str]]:
     if not path.is_file():
         return {}
     record = json.loads(path.read_text())
-    return {r["cell"]: {"KV cache (KiB/token)": f"{r['kv_cache_bytes']['self_per_target_token'] / 1024:.1f}",
-                        f"beam {record['beam']} sent/s": f"{r['sentences_per_s']:.1f}",
-                        "speed vs base": f"{r['vs_base']:.2f}"} for r in record["cells"]}
+    return {
+        r["cell"]: {
+            "KV cache (KiB/token)": f"{r['kv_cache_bytes']['self_per_target_token'] / 1024:.1f}",
+            f"beam {record['beam']} sent/s": f"{r['sentences_per_s']:.1f}",
+            "speed vs base": f"{r['vs_base']:.2f}",
+        }
+        for r in record["cells"]
+    }

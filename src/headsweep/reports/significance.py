@@ -12,9 +12,10 @@ from sacrebleu.significance import PairedTest
 
 from headsweep.config import CONF_DIR, compose
 from headsweep.data import DataError, read_lines, split_files
-from headsweep.reports.cells import Cell, ReportError, Run, hypotheses_path
+
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
+from headsweep.reports.cells import Cell, ReportError, Run, hypotheses_path
 from headsweep.store import local_path
 
 
@@ -75,9 +76,14 @@ def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:
         base_hyps += b
         cell_hyps += c
         refs += ref
-    test = PairedTest([("base", base_hyps), (cell.label, cell_hyps)], {"BLEU": BLEU()}, [refs],
-                      test_type="bs", n_samples=n_samples)
+    test = PairedTest(
+        [("base", base_hyps), (cell.label, cell_hyps)], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=n_samples
+    )
     signatures, scores = test()
     base_score, cell_score = scores["BLEU"]
-    return {"p": cell_score.p_value, "seeds": seeds, "pooled_delta": cell_score.score - base_score.score,
-            "signature": str(signatures["BLEU"])}
+    return {
+        "p": cell_score.p_value,
+        "seeds": seeds,
+        "pooled_delta": cell_score.score - base_score.score,
+        "signature": str(signatures["BLEU"]),
+    }

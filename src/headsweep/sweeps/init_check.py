@@ -18,7 +18,7 @@ import json
 import torch
 
 from headsweep.model import TransformerConfig
-from headsweep.model.diagnostics import differences, init_check, quantities
+from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
 
 TOLERANCE = 0.10  # `make sweep`'s line; the test of the shipped sweeps holds them to 5%
@@ -67,8 +67,11 @@ def on_purpose(varied: list[str]) -> tuple[str, ...]:
 
 def varied_keys(flat: dict, base: dict) -> list[str]:
     """The model settings in which a cell differs from its base."""
-    return [k for k in sorted(flat.keys() | base.keys())
-            if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))]
+    return [
+        k
+        for k in sorted(flat.keys() | base.keys())
+        if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))
+    ]
 
 
 def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: float = TOLERANCE):
@@ -80,8 +83,11 @@ def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: 
 
 
 def likely_cause(flat: dict, base: dict, found: list[tuple[str, float, float]]) -> str:
-    varied = [k for k in varied_keys(flat, base)  # kv_heads that follows h is no setting of its own
-              if not (k == "model.kv_heads" and all(f.get(k) == f.get("model.heads") for f in (flat, base)))]
+    varied = [
+        k
+        for k in varied_keys(flat, base)  # kv_heads that follows h is no setting of its own
+        if not (k == "model.kv_heads" and all(f.get(k) == f.get("model.heads") for f in (flat, base)))
+    ]
     sizes = [SIZE_NAMES[k] for k in varied if k in SIZE_NAMES]
     moved = ", ".join(sizes or [k.removeprefix("model.") for k in varied]) or "nothing in the model config"
     what = "init scale" if any(q.startswith("gain") for q, _, _ in found) else "the attention at init"
@@ -100,12 +106,16 @@ def grouped(found: list[tuple[str, float, float]]) -> list[str]:
     for q, v, w in sorted(found, key=lambda d: (not d[0].startswith("gain"), -abs(d[1] / d[2] - 1))):
         name, kind = q.rsplit(" ", 1)
         groups.setdefault(name, []).append((kind, v, w))
-    return [f"{name} {_span([v for _, v, _ in g])} (base {_span([w for _, _, w in g])}) in "
-            + ("every kind" if len(g) == 3 else ", ".join(k for k, _, _ in g)) for name, g in groups.items()]
+    return [
+        f"{name} {_span([v for _, v, _ in g])} (base {_span([w for _, _, w in g])}) in "
+        + ("every kind" if len(g) == 3 else ", ".join(k for k, _, _ in g))
+        for name, g in groups.items()
+    ]
 
 
-def confound_lines(sweep: str, labels: list[str], flats: list[dict], checks: list[dict],
-                   tolerance: float = TOLERANCE) -> list[str]:
+def confound_lines(
+    sweep: str, labels: list[str], flats: list[dict], checks: list[dict], tolerance: float = TOLERANCE
+) -> list[str]:
     """One line per cell that differs from its base at init in what it does not vary on purpose."""
     lines = []
     for i, b in enumerate(bases(flats)):
@@ -115,8 +125,10 @@ def confound_lines(sweep: str, labels: list[str], flats: list[dict], checks: lis
         if found:
             parts = grouped(found)
             more = f"; and {len(parts) - 3} more" if len(parts) > 3 else ""
-            lines.append(f"init check: {sweep} cell {labels[i]} differs from {labels[b]} by more than {tolerance:.0%}: "
-                         f"{'; '.join(parts[:3])}{more}; likely cause: {likely_cause(flats[i], flats[b], found)}")
+            lines.append(
+                f"init check: {sweep} cell {labels[i]} differs from {labels[b]} by more than {tolerance:.0%}: "
+                f"{'; '.join(parts[:3])}{more}; likely cause: {likely_cause(flats[i], flats[b], found)}"
+            )
     return lines
 
 
@@ -142,8 +154,9 @@ def _kinds(values: list[float | None]) -> str:
     return " / ".join("-" if v is None else f"{v:.2f}" for v in values)
 
 
-def init_check_table(labels: list[str], flats: list[dict], checks: list[dict],
-                     tolerance: float = TOLERANCE) -> list[str]:
+def init_check_table(
+    labels: list[str], flats: list[dict], checks: list[dict], tolerance: float = TOLERANCE
+) -> list[str]:
     """Markdown table lines: per cell its init, each projection's gain and the attention/residual ratio (encoder
     self / decoder self / cross where they differ; "-": no such projection, every head fixed), and what differs
     from its base beyond `tolerance` in what the cell does not vary on purpose."""
@@ -155,9 +168,15 @@ def init_check_table(labels: list[str], flats: list[dict], checks: list[dict],
         found = [] if i == b else confounds(flats[i], flats[b], checks[i], checks[b], tolerance)
         differs = "; ".join(grouped(found)) or ("(base)" if i == b else "")
         kv_gain = flats[i].get("model.init_kv_gain", 1.0)
-        rows.append([labels[i], f"{flats[i].get('model.init')}" + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else ""),
-                     *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
-                     _kinds([checks[i]["ratio"][k] for k in kinds]), differs])
+        rows.append(
+            [
+                labels[i],
+                f"{flats[i].get('model.init')}" + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else ""),
+                *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
+                _kinds([checks[i]["ratio"][k] for k in kinds]),
+                differs,
+            ]
+        )
     return markdown_table(header, rows)
 
 
@@ -170,10 +189,12 @@ def init_check_section(cells) -> str:
         labels.append(c.label)
         flats.append(run.flat)
         checks.append(run_check(run.results))
-    note = (f"Each attention projection's gain (sqrt(fan_in) x weight std; 1.00 keeps a unit-variance input's "
-            f"scale) and the attention output's RMS against the residual stream's (first layer, a synthetic batch, "
-            f"mean of {checks[0].get('draws', '')} weight draws) at init, seed "
-            f"{min(r.seed for r in cells[0].runs)} (runs recorded before issue 42: measured from their config, "
-            f"model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
-            "does not vary on purpose carries a confound of the protocol, not of the attention setting.")
+    note = (
+        f"Each attention projection's gain (sqrt(fan_in) x weight std; 1.00 keeps a unit-variance input's "
+        f"scale) and the attention output's RMS against the residual stream's (first layer, a synthetic batch, "
+        f"mean of {checks[0].get('draws', '')} weight draws) at init, seed "
+        f"{min(r.seed for r in cells[0].runs)} (runs recorded before issue 42: measured from their config, "
+        f"model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
+        "does not vary on purpose carries a confound of the protocol, not of the attention setting."
+    )
     return "\n".join(["## At init", "", note, "", *init_check_table(labels, flats, checks), ""])

@@ -12,10 +12,10 @@ from headsweep.training.runs import is_complete
 
 @dataclass
 class Job:
-    name: str                 # run name and output directory, e.g. h8-dk32-dv32-s1
-    cell: str                 # the name without the seed, e.g. h8-dk32-dv32
+    name: str  # run name and output directory, e.g. h8-dk32-dv32-s1
+    cell: str  # the name without the seed, e.g. h8-dk32-dv32
     seed: int
-    overrides: list[str]      # this job's grid values and seed, as command-line overrides
+    overrides: list[str]  # this job's grid values and seed, as command-line overrides
     tags: list[str]
     dir: Path
     base: bool = False
@@ -38,13 +38,13 @@ class Job:
 class Sweep:
     name: str
     spec_path: Path
-    dir: Path                 # multirun/<sweep>
-    common: list[str]         # overrides of every job
+    dir: Path  # multirun/<sweep>
+    common: list[str]  # overrides of every job
     jobs: list[Job] = field(default_factory=list)
     threads: int | None = None  # torch threads per job (--jobs)
     only: list[str] = field(default_factory=list)  # globs on job names (--only); empty: every job
-    on_gpu: bool = False      # its jobs train with trainer=gpu
-    spec: str = ""             # the spec (or <spec>_<variant>) it was planned from; its name when NAME= is not given
+    on_gpu: bool = False  # its jobs train with trainer=gpu
+    spec: str = ""  # the spec (or <spec>_<variant>) it was planned from; its name when NAME= is not given
 
     def selects(self, job: Job) -> bool:
         return not self.only or any(fnmatch.fnmatchcase(job.name, g) for g in self.only)

@@ -36,8 +36,9 @@ JOB_GROUP = "sweep_job"
 
 def job_config(job: Job) -> str:
     """The job's overrides as a config file of group JOB_GROUP (package _global_, merged last)."""
-    cfg = OmegaConf.create({"run_name": job.name, "tags": job.tags,
-                            **({"export_dir": str(job.export)} if job.export else {})})
+    cfg = OmegaConf.create(
+        {"run_name": job.name, "tags": job.tags, **({"export_dir": str(job.export)} if job.export else {})}
+    )
     defaults = []
     for o in OverridesParser.create().parse_overrides(job.overrides):
         key, value = o.key_or_group, o.value()
@@ -46,8 +47,10 @@ def job_config(job: Job) -> str:
         else:
             OmegaConf.update(cfg, key, value, merge=True)  # a dict value merges, as on the command line
     head = OmegaConf.to_yaml(OmegaConf.create({"defaults": [*defaults, "_self_"]})) if defaults else ""
-    return (f"# @package _global_\n# job {job.name} of a headsweep sweep; the same as the overrides\n"
-            f"#   {' '.join(job.overrides)}\n{head}{OmegaConf.to_yaml(cfg)}")
+    return (
+        f"# @package _global_\n# job {job.name} of a headsweep sweep; the same as the overrides\n"
+        f"#   {' '.join(job.overrides)}\n{head}{OmegaConf.to_yaml(cfg)}"
+    )
 
 
 def _quote(value: str) -> str:
@@ -62,7 +65,11 @@ def _quote(value: str) -> str:
 def multirun_command(sweep: Sweep, jobs: list[Job]) -> list[str]:
     jobs_dir = (sweep.dir / ".jobs").resolve()
     return [
-        sys.executable, "-m", "headsweep.train", "-m", *sweep.common,
+        sys.executable,
+        "-m",
+        "headsweep.train",
+        "-m",
+        *sweep.common,
         f"hydra.sweep.dir={_quote(str(sweep.dir.resolve()))}",
         "hydra.sweep.subdir=${run_name}",  # resolved per job: multirun/<sweep>/<run name>
         f"hydra.searchpath=[{_quote('file://' + str(jobs_dir))}]",
@@ -126,12 +133,23 @@ def list_jobs(sweep: Sweep, done: set[str], todo: list[Job], out) -> None:
     width = max(len(j.name) for j in sweep.jobs)
     for j in sweep.jobs:
         # a shared run is not a run of this sweep: the store's run is shown as it whatever --only selects
-        state = ("done  " if j.name in done else "shared" if j.same_as else "later " if not sweep.selects(j)
-                 else "reuse " if j.trained_as else "to run")
-        print(f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
-              + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")
-              + (f"  (analyses the model of {j.trained_as})" if j.trained_as and j.name not in done else ""),
-              file=out)
+        state = (
+            "done  "
+            if j.name in done
+            else "shared"
+            if j.same_as
+            else "later "
+            if not sweep.selects(j)
+            else "reuse "
+            if j.trained_as
+            else "to run"
+        )
+        print(
+            f"  {state}  {j.name:<{width}}  {' '.join(j.overrides)}"
+            + (f"  (= {j.same_as})" if j.same_as and j.name not in done else "")
+            + (f"  (analyses the model of {j.trained_as})" if j.trained_as and j.name not in done else ""),
+            file=out,
+        )
     if todo:
         print("would run: " + shlex.join(multirun_command(sweep, todo)), file=out)
 
@@ -141,7 +159,11 @@ SWEEP_NOTE = ".sweep.json"  # results/<name>/.sweep.json: the spec a sweep run u
 
 def note_spec(sweep: Sweep) -> None:
     """A sweep named apart from its spec (NAME=) says which spec it is, so its report knows what it plans."""
-    if sweep.spec and sweep.spec != sweep.name and (results := next((j.export.parent for j in sweep.jobs if j.export), None)):
+    if (
+        sweep.spec
+        and sweep.spec != sweep.name
+        and (results := next((j.export.parent for j in sweep.jobs if j.export), None))
+    ):
         results.mkdir(parents=True, exist_ok=True)
         write_json(results / SWEEP_NOTE, {"sweep": sweep.name, "spec": sweep.spec})
 
@@ -157,26 +179,37 @@ def run(sweep: Sweep, dry: bool = False, out=None) -> int:
     pending = [j for j in sweep.jobs if j.name not in done and not (dry and j.same_as)]
     todo = [j for j in pending if sweep.selects(j)]
     later = "" if len(todo) == len(pending) else f" ({len(pending) - len(todo)} more left out by --only)"
-    print(f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run"
-          f"{later}; every job: {' '.join(sweep.common)}", file=out)
+    print(
+        f"sweep {sweep.name} ({sweep.spec_path}): {len(sweep.jobs)} jobs, {len(done)} done, {len(todo)} to run"
+        f"{later}; every job: {' '.join(sweep.common)}",
+        file=out,
+    )
     if dry:
         list_jobs(sweep, done, todo, out)
         return 0
     if sweep.on_gpu and not torch.cuda.is_available():
-        raise SweepError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep "
-                         "on a machine with a GPU")
+        raise SweepError(
+            "trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep "
+            "on a machine with a GPU"
+        )
     note_spec(sweep)
     if not todo:
-        print(f"nothing to run: every job{' --only selects' if later else ''} is complete. "
-              f"Next: make report SWEEP={sweep.name}", file=out)
+        print(
+            f"nothing to run: every job{' --only selects' if later else ''} is complete. "
+            f"Next: make report SWEEP={sweep.name}",
+            file=out,
+        )
         return 0
     rc = launch(sweep, todo, out)
     if rc is None:
         return 130  # interrupted
     export_finished(sweep, out)
     failed = [j for j in todo if not j.done]
-    print(f"\nsweep {sweep.name}: {len(todo) - len(failed)} done, {len(done)} skipped (already complete), "
-          f"{len(failed)} failed (hydra exit status {rc}){later}", file=out)
+    print(
+        f"\nsweep {sweep.name}: {len(todo) - len(failed)} done, {len(done)} skipped (already complete), "
+        f"{len(failed)} failed (hydra exit status {rc}){later}",
+        file=out,
+    )
     for j in failed:
         print(f"  failed {j.name}: {failure(j)}", file=out)
     print("rerun the same command to retry the failed jobs; " if failed else "", end="", file=out)
@@ -194,8 +227,9 @@ def launch(sweep: Sweep, todo: list[Job], out) -> int | None:
             elif moved := set_aside(j):
                 print(f"  {j.name}: unfinished output moved to {moved}", file=out)
             elif resumable(j):
-                print(f"  {j.name}: resumes from {j.dir / 'checkpoints' / 'last.ckpt'} (its log names the step)",
-                      file=out)
+                print(
+                    f"  {j.name}: resumes from {j.dir / 'checkpoints' / 'last.ckpt'} (its log names the step)", file=out
+                )
         write_jobs(sweep, todo)
         cmd = multirun_command(sweep, todo)
         print("running: " + shlex.join(cmd), file=out, flush=True)

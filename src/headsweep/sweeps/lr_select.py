@@ -32,12 +32,12 @@ from pathlib import Path
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
+from headsweep.store import as_seen, read_record, write_record
 from headsweep.sweeps import launch, planning
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, split_parameters
 from headsweep.sweeps.sweep_settings import shared_overrides
-from headsweep.store import as_seen, read_record, write_record
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
 LR_KEY = "module.peak_lr"
@@ -55,15 +55,20 @@ def parse_grid(text: str) -> list[float]:
         try:
             v = float(p)
         except ValueError:
-            raise SweepError(f"--lr-grid {text}: '{p}' is not a number; give peak learning rates > 0, "
-                             "e.g. --lr-grid 5e-4,1e-3,2e-3") from None
+            raise SweepError(
+                f"--lr-grid {text}: '{p}' is not a number; give peak learning rates > 0, e.g. --lr-grid 5e-4,1e-3,2e-3"
+            ) from None
         if not math.isfinite(v) or v <= 0:
-            raise SweepError(f"--lr-grid {text}: {p} is not a learning rate > 0; give peak learning rates > 0, "
-                             "e.g. --lr-grid 5e-4,1e-3,2e-3")
+            raise SweepError(
+                f"--lr-grid {text}: {p} is not a learning rate > 0; give peak learning rates > 0, "
+                "e.g. --lr-grid 5e-4,1e-3,2e-3"
+            )
         values.append(v)
     if len(set(values)) < 2:
-        raise SweepError(f"--lr-grid {text}: a grid needs at least two different rates to choose from "
-                         "(one rate is the spec's module.peak_lr=<v>); e.g. --lr-grid 5e-4,1e-3,2e-3")
+        raise SweepError(
+            f"--lr-grid {text}: a grid needs at least two different rates to choose from "
+            "(one rate is the spec's module.peak_lr=<v>); e.g. --lr-grid 5e-4,1e-3,2e-3"
+        )
     return sorted(set(values))
 
 
@@ -78,20 +83,24 @@ def grid_job_name(cell: str, v: float, seed: int = 1) -> str:
 def check_no_lr_setting(name: str, spec: dict, path: Path, extra: list[str]) -> None:
     """An LR grid sets module.peak_lr itself: a spec or command that sets it too would be overridden unseen."""
     if LR_KEY in spec["parameters"]:
-        raise SweepError(f"{path}: the spec sets {LR_KEY} and --lr-grid chooses it per cell: use one of them "
-                         f"(drop LR_GRID, or run a spec without {LR_KEY})")
+        raise SweepError(
+            f"{path}: the spec sets {LR_KEY} and --lr-grid chooses it per cell: use one of them "
+            f"(drop LR_GRID, or run a spec without {LR_KEY})"
+        )
     if any(o.lstrip("+~").split("=", 1)[0] == LR_KEY for o in extra):
-        raise SweepError(f"override {next(o for o in extra if o.lstrip('+~').startswith(LR_KEY))}: --lr-grid "
-                         f"sets {LR_KEY} per job; drop the override")
+        raise SweepError(
+            f"override {next(o for o in extra if o.lstrip('+~').startswith(LR_KEY))}: --lr-grid "
+            f"sets {LR_KEY} per job; drop the override"
+        )
 
 
 @dataclass
 class CellGrid:
     label: str
     base: bool
-    default_lr: float           # the cell's peak without a grid (conf/module: width-scaled)
-    jobs: list[Job]             # the cell's default-rate jobs from planning.plan, one per seed
-    flat: dict                  # the cell's settings (find_reuse), module.peak_lr replaced per job
+    default_lr: float  # the cell's peak without a grid (conf/module: width-scaled)
+    jobs: list[Job]  # the cell's default-rate jobs from planning.plan, one per seed
+    flat: dict  # the cell's settings (find_reuse), module.peak_lr replaced per job
     grid_jobs: dict[float, Job] = field(default_factory=dict)
 
 
@@ -112,6 +121,7 @@ def lr_record(phase: str, grid: list[float], **more) -> dict:
 
 def _override(record: dict) -> str:
     """The record as one Hydra dict override (the job file turns it into config)."""
+
     def value(v):
         if v is None:
             return "null"
@@ -122,6 +132,7 @@ def _override(record: dict) -> str:
         if isinstance(v, float):
             return repr(v)
         return f"'{v}'" if isinstance(v, str) else str(v)
+
     return f"lr_select={value(record)}"
 
 
@@ -132,13 +143,31 @@ def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, re
     cell = f"{template.cell}-lr{lr_text(lr)}" if grid_run else template.cell
     tags = [t for t in template.tags if not (grid_run and (t == "base" or t.startswith("cell-")))]
     tags += [f"cell-{cell}"] * grid_run + ["lr-grid" if grid_run else "lr-chosen", f"lr{lr_text(lr)}"]
-    return replace(template, name=name, cell=cell, base=template.base and not grid_run, tags=tags,
-                   overrides=[*keep, f"{LR_KEY}={lr!r}", _override(record), f"seed={template.seed}"],
-                   dir=sweep.dir / name, export=Path(os.path.abspath(results / sweep.name / name)), same_as=None, trained_as=None)
+    return replace(
+        template,
+        name=name,
+        cell=cell,
+        base=template.base and not grid_run,
+        tags=tags,
+        overrides=[*keep, f"{LR_KEY}={lr!r}", _override(record), f"seed={template.seed}"],
+        dir=sweep.dir / name,
+        export=Path(os.path.abspath(results / sweep.name / name)),
+        same_as=None,
+        trained_as=None,
+    )
 
 
-def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *, results: Path | None,
-            specs_dir: Path = SWEEPS_DIR, only: list[str] = (), **plan_kwargs) -> LrPlan:
+def plan_lr(
+    name: str,
+    seeds: int | None,
+    extra: list[str],
+    grid: list[float],
+    *,
+    results: Path | None,
+    specs_dir: Path = SWEEPS_DIR,
+    only: list[str] = (),
+    **plan_kwargs,
+) -> LrPlan:
     """Phase 1 planned (phase 2 needs its results: `chosen_sweep`); every check before anything trains."""
     if results is None:
         raise SweepError("--lr-grid needs --results: phase 2 reuses the grid runs' exported results")
@@ -161,8 +190,15 @@ def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *
     record = lr_record(GRID_PHASE, grid)
     for c in cells.values():
         for v in grid:
-            job = _job(c.jobs[0], grid_sweep, results, name=grid_job_name(c.label, v, c.jobs[0].seed), lr=v,
-                       record=record, grid_run=True)
+            job = _job(
+                c.jobs[0],
+                grid_sweep,
+                results,
+                name=grid_job_name(c.label, v, c.jobs[0].seed),
+                lr=v,
+                record=record,
+                grid_run=True,
+            )
             find_reuse(job, {**c.flat, LR_KEY: v}, finished)
             c.grid_jobs[v] = job
     # cell-major within the grid: each cell's rates side by side in the listing
@@ -170,8 +206,10 @@ def plan_lr(name: str, seeds: int | None, extra: list[str], grid: list[float], *
     lr = LrPlan(own, grid, sorted({j.seed for j in base.jobs}), list(cells.values()), grid_sweep, results, finished)
     names = [j.name for j in grid_sweep.jobs] + [j.name for c in lr.cells for j in c.jobs]
     if unmatched := [g for g in only if not any(fnmatch.fnmatchcase(n, g) for n in names)]:
-        raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs ({', '.join(names[:4])}, ...): "
-                         "use their names, with * and ?")
+        raise SweepError(
+            f"--only '{unmatched[0]}' matches none of {name}'s jobs ({', '.join(names[:4])}, ...): "
+            "use their names, with * and ?"
+        )
     return lr
 
 
@@ -182,8 +220,10 @@ def final_val_loss(job: Job) -> float | None:
         if d is not None and job.finished(d):
             loss = read_results(d).get("metrics", {}).get(SELECT_ON)
             if loss is None:
-                raise SweepError(f"{d / RESULTS} has no metrics['{SELECT_ON}']: the learning rate cannot be chosen; "
-                                 "rerun that job (move it away)")
+                raise SweepError(
+                    f"{d / RESULTS} has no metrics['{SELECT_ON}']: the learning rate cannot be chosen; "
+                    "rerun that job (move it away)"
+                )
             return math.inf if math.isnan(loss) else float(loss)
     return None
 
@@ -217,9 +257,14 @@ def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
             waiting.append(c.label)
             continue
         rate, losses = picked
-        record = lr_record(CHOSEN_PHASE, lr.grid, chosen=rate, default=c.default_lr,
-                           val_loss=[None if math.isinf(losses[v]) else losses[v] for v in lr.grid],
-                           grid_runs=[c.grid_jobs[v].name for v in lr.grid])
+        record = lr_record(
+            CHOSEN_PHASE,
+            lr.grid,
+            chosen=rate,
+            default=c.default_lr,
+            val_loss=[None if math.isinf(losses[v]) else losses[v] for v in lr.grid],
+            grid_runs=[c.grid_jobs[v].name for v in lr.grid],
+        )
         for template in c.jobs:
             job = _job(template, sweep, lr.results, name=template.name, lr=rate, record=record, grid_run=False)
             find_reuse(job, {**c.flat, LR_KEY: rate}, lr.finished)
@@ -259,32 +304,51 @@ def _record_of(job: Job) -> dict:
 def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
     """Phase 1, the selection, phase 2; 0 when every job of both phases is complete (or listed, --dry)."""
     out = out or sys.stdout
-    print(f"phase 1 of 2: seed {lr.cells[0].jobs[0].seed} of every cell at each peak learning rate of the grid "
-          f"{', '.join(map(lr_text, lr.grid))}", file=out)
+    print(
+        f"phase 1 of 2: seed {lr.cells[0].jobs[0].seed} of every cell at each peak learning rate of the grid "
+        f"{', '.join(map(lr_text, lr.grid))}",
+        file=out,
+    )
     rc1 = launch.run(lr.grid_sweep, dry, out)
     if rc1 == 130:
         return rc1
     if not dry:
         record_selection(lr.grid_sweep, out)
     chosen, waiting = chosen_sweep(lr)
-    print(f"\nphase 2 of 2: seeds {', '.join(map(str, lr.seeds))} of every cell at the rate its {SELECT_WHAT} "
-          "chose (ties: the smaller rate)", file=out)
+    print(
+        f"\nphase 2 of 2: seeds {', '.join(map(str, lr.seeds))} of every cell at the rate its {SELECT_WHAT} "
+        "chose (ties: the smaller rate)",
+        file=out,
+    )
     picks = select(lr)
     for c in lr.cells:
         if c.label in waiting:
-            print(f"  {c.label}: waits for its grid runs ({sum(j.done for j in c.grid_jobs.values())} of "
-                  f"{len(lr.grid)} finished)", file=out)
+            print(
+                f"  {c.label}: waits for its grid runs ({sum(j.done for j in c.grid_jobs.values())} of "
+                f"{len(lr.grid)} finished)",
+                file=out,
+            )
         else:
             rate, losses = picks[c.label]
-            print(f"  {c.label}: chosen {LR_KEY}={lr_text(rate)} (val/loss " + ", ".join(
-                f"{lr_text(v)}: {losses[v]:.4f}" for v in lr.grid) + f"; default {lr_text(c.default_lr)})", file=out)
+            print(
+                f"  {c.label}: chosen {LR_KEY}={lr_text(rate)} (val/loss "
+                + ", ".join(f"{lr_text(v)}: {losses[v]:.4f}" for v in lr.grid)
+                + f"; default {lr_text(c.default_lr)})",
+                file=out,
+            )
     rc2 = launch.run(chosen, dry, out) if chosen.jobs else 0
     if not dry and chosen.jobs and rc2 != 130:
         record_selection(chosen, out)
     # a cell waits for grid runs that failed, or that --only left for later (not a failure)
-    stuck = [c.label for c in lr.cells if c.label in waiting
-             and any(lr.grid_sweep.selects(j) and not j.done for j in c.grid_jobs.values())]
+    stuck = [
+        c.label
+        for c in lr.cells
+        if c.label in waiting and any(lr.grid_sweep.selects(j) and not j.done for j in c.grid_jobs.values())
+    ]
     if waiting and not dry:
-        print(f"{len(waiting)} cell(s) wait for phase 1 ({len(stuck)} on a failed grid run): rerun the same "
-              "command once their grid runs finish", file=out)
+        print(
+            f"{len(waiting)} cell(s) wait for phase 1 ({len(stuck)} on a failed grid run): rerun the same "
+            "command once their grid runs finish",
+            file=out,
+        )
     return rc2 if rc2 == 130 else (1 if rc1 or rc2 or (stuck and not dry) else 0)

@@ -70,23 +70,31 @@ def packed_jobs(asked: int | None, found: list[Card], footprint_gib: float, core
     """Jobs at once over all cards: as many as the least free card holds, times the cards, at most one per
     core; `asked` (JOBS=N) is checked against the same limit. One line of SweepError when it cannot fit."""
     if not found:
-        raise SweepError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep on a machine with a GPU")
+        raise SweepError(
+            "trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep on a machine with a GPU"
+        )
     per_card = min(int(c.free_gib * MEMORY_SHARE // footprint_gib) for c in found)
     fit = per_card * len(found)
     least = min(found, key=lambda c: c.free_gib)
     if fit < 1:
-        raise SweepError(f"one job needs ~{footprint_gib:.1f} GiB of GPU memory and {least.name} (cuda:{least.index}) "
-                         f"has {least.free_gib:.1f} GiB free: free the card or train on the CPU (trainer=cpu)")
+        raise SweepError(
+            f"one job needs ~{footprint_gib:.1f} GiB of GPU memory and {least.name} (cuda:{least.index}) "
+            f"has {least.free_gib:.1f} GiB free: free the card or train on the CPU (trainer=cpu)"
+        )
     limit = min(fit, cores)
     if asked is None:
         return limit
     if asked > fit:
-        raise SweepError(f"JOBS={asked}: {asked} jobs of ~{footprint_gib:.1f} GiB each do not fit in the free memory of "
-                         f"{len(found)} x {least.name} ({least.free_gib:.1f} GiB free on cuda:{least.index}, "
-                         f"{MEMORY_SHARE:.0%} usable): at most {fit}; use JOBS={fit} or fewer")
+        raise SweepError(
+            f"JOBS={asked}: {asked} jobs of ~{footprint_gib:.1f} GiB each do not fit in the free memory of "
+            f"{len(found)} x {least.name} ({least.free_gib:.1f} GiB free on cuda:{least.index}, "
+            f"{MEMORY_SHARE:.0%} usable): at most {fit}; use JOBS={fit} or fewer"
+        )
     if asked > 2 * cores:  # asked for, up to two per core: one wave instead of a short second one
-        raise SweepError(f"JOBS={asked}: each GPU job is mostly one CPU thread feeding its card and this machine has "
-                         f"{cores} cores; use JOBS={min(fit, 2 * cores)} or fewer")
+        raise SweepError(
+            f"JOBS={asked}: each GPU job is mostly one CPU thread feeding its card and this machine has "
+            f"{cores} cores; use JOBS={min(fit, 2 * cores)} or fewer"
+        )
     return asked
 
 

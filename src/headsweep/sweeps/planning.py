@@ -18,11 +18,25 @@ from headsweep.config import SWEEPS_DIR, compose
 from headsweep.store import flatten_config
 from headsweep.sweeps.init_check import confound_lines, measure
 from headsweep.sweeps.jobs import Job, Sweep
-from headsweep.sweeps.packing import (DEFAULT_FOOTPRINT_GIB, cards, device_override, device_slug, measured_footprint,
-                                         packed_jobs)
+from headsweep.sweeps.packing import (
+    DEFAULT_FOOTPRINT_GIB,
+    cards,
+    device_override,
+    device_slug,
+    measured_footprint,
+    packed_jobs,
+)
 from headsweep.sweeps.reuse import find_reuse, finished_runs
-from headsweep.sweeps.specs import (RESERVED, SweepError, cell_labels, format_value, load_spec,
-                                         row_tag, spec_seeds, split_parameters)
+from headsweep.sweeps.specs import (
+    RESERVED,
+    SweepError,
+    cell_labels,
+    format_value,
+    load_spec,
+    row_tag,
+    spec_seeds,
+    split_parameters,
+)
 from headsweep.sweeps.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
 
@@ -47,9 +61,21 @@ def default_jobs(cores: int) -> int:
     return 1 if torch.cuda.is_available() or cores < 2 else 2
 
 
-def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | None = None, launcher: str = "basic",
-         specs_dir: Path = SWEEPS_DIR, root: Path = Path("multirun"), results: Path | None = None,
-         jobs: int | None = 1, cores: int | None = None, only: list[str] = (), name_as: str | None = None) -> Sweep:
+def plan(
+    name: str,
+    seeds: int | None,
+    extra: list[str] = (),
+    *,
+    budget: str | None = None,
+    launcher: str = "basic",
+    specs_dir: Path = SWEEPS_DIR,
+    root: Path = Path("multirun"),
+    results: Path | None = None,
+    jobs: int | None = 1,
+    cores: int | None = None,
+    only: list[str] = (),
+    name_as: str | None = None,
+) -> Sweep:
     """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
     over is noted on the job (headsweep.sweeps.reuse). `name_as`: the sweep's own name (its folders in
     multirun/ and results/, its W&B tag) when it is not the spec's, e.g. table3_a_h100 for the spec table3_a
@@ -73,8 +99,14 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
     # GPU jobs are checked against the card's memory and two per core (packing.packed_jobs)
     launcher, jobs, threads = parallel_jobs(launcher, jobs, cores, limit=2 * cores if n_cards else cores)
     # the launcher's overrides too, so that hydra.launcher.* settings in `extra` are checked against it
-    common = [f"sweep={name}", *LAUNCHERS[launcher], *device, *([f"budget={budget}"] if budget else []), *constants,
-              *extra]
+    common = [
+        f"sweep={name}",
+        *LAUNCHERS[launcher],
+        *device,
+        *([f"budget={budget}"] if budget else []),
+        *constants,
+        *extra,
+    ]
     # the precision and device its finished jobs ran with, unless the spec or the command already sets them
     common += shared_overrides(name, results, [*constants, *extra, *device])
     if threads:
@@ -97,17 +129,23 @@ def plan(name: str, seeds: int | None, extra: list[str] = (), *, budget: str | N
             run = f"{label}-s{seed}"
             card = device_override(len(sweep.jobs), n_cards)  # several GPUs: jobs spread round-robin
             job = Job(
-                name=run, cell=label, seed=seed,
+                name=run,
+                cell=label,
+                seed=seed,
                 overrides=[*cell, *(f"{k}={v}" for k, v in plain.items()), f"seed={seed}", *card],
                 tags=[*tags, row_tag(name), f"cell-{label}", *(["base"] if i == 0 else [])],
-                dir=sweep.dir / run, base=i == 0, export=Path(os.path.abspath(results / name / run)) if results else None,
+                dir=sweep.dir / run,
+                base=i == 0,
+                export=Path(os.path.abspath(results / name / run)) if results else None,
                 analysis=analysis,
             )
             find_reuse(job, flat, finished)
             sweep.jobs.append(job)
     if unmatched := [g for g in sweep.only if not any(fnmatch.fnmatchcase(j.name, g) for j in sweep.jobs)]:
-        raise SweepError(f"--only '{unmatched[0]}' matches none of {name}'s jobs "
-                         f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?")
+        raise SweepError(
+            f"--only '{unmatched[0]}' matches none of {name}'s jobs "
+            f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?"
+        )
     return sweep
 
 
@@ -134,9 +172,11 @@ def sweep_device(name: str, results: Path | None, overrides: list[str]) -> tuple
         return False, []
     if finished:
         job = next(iter(finished.values()))
-        raise SweepError(f"{results / name} holds CPU runs ({job}) and this machine has a GPU: a sweep never mixes "
-                         f"devices; run the GPU sweep under its own name (NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
-                         f"(ARGS=trainer=cpu)")
+        raise SweepError(
+            f"{results / name} holds CPU runs ({job}) and this machine has a GPU: a sweep never mixes "
+            f"devices; run the GPU sweep under its own name (NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
+            f"(ARGS=trainer=cpu)"
+        )
     return True, ["trainer=gpu"]
 
 
@@ -155,8 +195,10 @@ def parallel_jobs(launcher: str, jobs: int | None, cores: int, limit: int | None
     if launcher == "basic":
         launcher = "joblib"  # Hydra's basic launcher runs one job at a time
     if launcher != "joblib":
-        raise SweepError(f"JOBS={jobs} runs local jobs in parallel with the joblib launcher, not {launcher}; "
-                         "a cluster launcher sets its own parallelism (hydra.launcher.array_parallelism)")
+        raise SweepError(
+            f"JOBS={jobs} runs local jobs in parallel with the joblib launcher, not {launcher}; "
+            "a cluster launcher sets its own parallelism (hydra.launcher.array_parallelism)"
+        )
     return launcher, jobs, max(cores // jobs, 1)
 
 
@@ -199,16 +241,22 @@ def check_cells(composed: list[tuple], path: Path) -> list[str]:
     flats = [c[0] for c in composed]
     steps = {f["trainer.max_steps"] for f in flats}
     if len(steps) > 1 or not all(isinstance(n, int) and n > 0 for n in steps):
-        raise SweepError(f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
-                         f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps")
+        raise SweepError(
+            f"{path}: the cells would train for unequal or unlimited steps (trainer.max_steps "
+            f"{sorted(map(str, steps))}); an ablation compares cells at equal steps: fix trainer.max_steps"
+        )
     for key in SHARED:  # trainer.precision, trainer.accelerator
         if len(values := {str(f.get(key)) for f in flats}) > 1:
-            raise SweepError(f"{path}: the cells would train with different {key} ({', '.join(sorted(values))}); a "
-                             f"sweep compares cells in one precision on one device: set {key} for the whole sweep")
+            raise SweepError(
+                f"{path}: the cells would train with different {key} ({', '.join(sorted(values))}); a "
+                f"sweep compares cells in one precision on one device: set {key} for the whole sweep"
+            )
     if len(inits := {str(f.get("model.init")) for f in flats}) > 1:
-        raise SweepError(f"{path}: the cells would start from different model.init ({', '.join(sorted(inits))}); an "
-                         "init is the protocol, not an ablated setting: set model.init for the whole sweep (a mirror "
-                         "cell scales K/V with model.init_kv_gain instead)")
+        raise SweepError(
+            f"{path}: the cells would start from different model.init ({', '.join(sorted(inits))}); an "
+            "init is the protocol, not an ablated setting: set model.init for the whole sweep (a mirror "
+            "cell scales K/V with model.init_kv_gain instead)"
+        )
     labels = cell_labels([{k: v for k, v in f.items() if k != "module.peak_lr"} for f in flats])
     if len(set(labels)) < len(labels):
         raise SweepError(f"{path}: two grid cells compose to the same config ({labels}); remove the duplicate")

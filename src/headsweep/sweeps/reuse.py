@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from headsweep import store
+from headsweep.store import Record, settings_diff
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.specs import SweepError
-from headsweep.store import Record, settings_diff
 from headsweep.training.runs import adopt_run, export_run, is_complete, read_results
 
 
@@ -31,9 +31,11 @@ def check_export(job: Job, flat: dict) -> None:
     diff, theirs, ours = settings_diff(config, flat, job.seed)
     if diff:
         k = diff[0]
-        raise SweepError(f"{job.export} holds a run with other settings than job {job.name} ({len(diff)} differ, e.g. "
-                         f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); "
-                         f"{_grid_hint(config, diff) or 'move it away or pass --results DIR'}")
+        raise SweepError(
+            f"{job.export} holds a run with other settings than job {job.name} ({len(diff)} differ, e.g. "
+            f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here); "
+            f"{_grid_hint(config, diff) or 'move it away or pass --results DIR'}"
+        )
 
 
 def _grid_hint(config: dict, diff: list[str]) -> str | None:
@@ -50,8 +52,10 @@ def finished_runs(results_root: Path, skip: str | None = None) -> list[tuple[Pat
     """(store dir, record) of every complete experiment in the store, read once per plan, then the runs of
     a results/ not yet migrated (results/<sweep>/<job>/ directories, not views; copies and those of sweep
     `skip` left out); a corrupt record is named on stderr and left out."""
+
     def corrupt(line):
         print(f"left out: {line}", file=sys.stderr)
+
     runs = store.stored_runs(results_root, on_corrupt=corrupt)
     for d in sorted(results_root.glob(f"*/*/{store.RESULTS}")):
         d = d.parent
@@ -94,8 +98,12 @@ def trained_run(job: Job, flat: dict, finished: list[tuple[Path, Record]]) -> Pa
             continue
         src = store.local_path(src)
         diff = settings_diff(saved.config, flat, job.seed)[0]
-        if (diff and all(k == "analysis" or k.startswith("analysis.") for k in diff) and is_complete(src)
-                and (src / "checkpoints" / "last.ckpt").is_file()):
+        if (
+            diff
+            and all(k == "analysis" or k.startswith("analysis.") for k in diff)
+            and is_complete(src)
+            and (src / "checkpoints" / "last.ckpt").is_file()
+        ):
             return export
     return None
 
@@ -126,8 +134,10 @@ def share_identical(sweep: Sweep, out) -> None:
         if j.same_as is not None and not j.done:
             stored = Path(os.path.realpath(j.same_as))  # the store dir, or a view of it
             if stored.parent.name != store.RUNS:
-                raise SweepError(f"{j.same_as} is a run of the old results/ layout: run `python -m headsweep.store "
-                                 f"migrate --results {j.export.parent.parent}` first, then the sweep again")
+                raise SweepError(
+                    f"{j.same_as} is a run of the old results/ layout: run `python -m headsweep.store "
+                    f"migrate --results {j.export.parent.parent}` first, then the sweep again"
+                )
             store.show(stored, j.export, j.tags)
             print(f"  {j.name}: the same experiment as {j.same_as}: shown here, not trained again", file=out)
 
@@ -139,5 +149,8 @@ def adopt_trained(sweep: Sweep, out) -> None:
     for j in sweep.jobs:
         if j.trained_as is not None and not j.done and not j.dir.exists() and sweep.selects(j):
             adopt_run(j.trained_as, j.dir, sweep=sweep.name, run_name=j.name, tags=j.tags, analysis=j.analysis)
-            print(f"  {j.name}: the model of {j.trained_as}, trained with the same settings and seed: analysed, "
-                  "not trained again", file=out)
+            print(
+                f"  {j.name}: the model of {j.trained_as}, trained with the same settings and seed: analysed, "
+                "not trained again",
+                file=out,
+            )

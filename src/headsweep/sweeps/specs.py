@@ -16,15 +16,26 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.sweeps.paper import ALIASES
 from headsweep.model.transformer import FIXED_KINDS
+from headsweep.sweeps.paper import ALIASES
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
 RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
 BASE = "_base"  # sweeps/_base.yaml; a file whose name starts with _ is no sweep
 # A W&B sweep spec's top-level keys (docs.wandb.ai, "Sweep configuration options"), in the order written out.
-WANDB_KEYS = ("name", "description", "entity", "project", "program", "method", "metric", "early_terminate", "run_cap",
-              "command", "parameters")
+WANDB_KEYS = (
+    "name",
+    "description",
+    "entity",
+    "project",
+    "program",
+    "method",
+    "metric",
+    "early_terminate",
+    "run_cap",
+    "command",
+    "parameters",
+)
 # What a spec has besides W&B's keys: its variants, and whether it runs only as one of them.
 SPEC_ONLY_KEYS = ("variants", "variants_only")
 # A variant: constants added or changed (set), an axis narrowed to some of its values (only) or given its own
@@ -91,12 +102,16 @@ def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
             raise SweepError(f"{path} has variants_only: true: run one of its variants: {', '.join(variants)}")
         stems = sorted({s for s, _ in names.values() if name.startswith(f"{s}_")}, key=len)
         if stems:  # a variant its spec does not have
-            spec, variant = stems[-1], name[len(stems[-1]) + 1:]
+            spec, variant = stems[-1], name[len(stems[-1]) + 1 :]
             variants = [v for s, v in names.values() if s == spec and v]
-            raise SweepError(f"unknown sweep '{name}': sweeps/{spec}.yaml has no variant '{variant}' (its variants: "
-                             f"{', '.join(variants) or 'none'}; a sweep is named <spec>_<variant>)")
-        raise SweepError(f"unknown sweep '{name}'; available: {', '.join(sorted(names)) or '(none)'} "
-                         f"(the files in {specs_dir} and their variants: <spec>_<variant>)")
+            raise SweepError(
+                f"unknown sweep '{name}': sweeps/{spec}.yaml has no variant '{variant}' (its variants: "
+                f"{', '.join(variants) or 'none'}; a sweep is named <spec>_<variant>)"
+            )
+        raise SweepError(
+            f"unknown sweep '{name}'; available: {', '.join(sorted(names)) or '(none)'} "
+            f"(the files in {specs_dir} and their variants: <spec>_<variant>)"
+        )
     stem, variant = names[name]
     path = specs_dir / f"{stem}.yaml"
     spec = _read(path)
@@ -105,8 +120,10 @@ def load_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> tuple[dict, Path]:
     if spec.get("name", stem) != stem:
         raise SweepError(f"{path}: name is {spec['name']!r}; a spec is named by its file: name: {stem}")
     if unknown := sorted(set(spec) - set(WANDB_KEYS) - set(SPEC_ONLY_KEYS)):
-        raise SweepError(f"{path}: unknown key {unknown[0]!r}; a spec has W&B's keys ({', '.join(WANDB_KEYS)}) and "
-                         f"{', '.join(SPEC_ONLY_KEYS)}")
+        raise SweepError(
+            f"{path}: unknown key {unknown[0]!r}; a spec has W&B's keys ({', '.join(WANDB_KEYS)}) and "
+            f"{', '.join(SPEC_ONLY_KEYS)}"
+        )
     variants = spec.get("variants") or {}
     if not isinstance(variants, dict):
         raise SweepError(f"{path}: variants must map each variant's name to its overrides, got {variants!r}")
@@ -161,25 +178,31 @@ def apply_variant(spec: dict, stem: str, variant: str, block) -> dict:
     for part in ("only", "grid"):
         for key, values in parts[part].items():
             if key not in swept:
-                raise SweepError(f"{where}: {part}: {key} is not an axis of {stem} (its axes: "
-                                 f"{', '.join(swept) or 'none'}); a constant is changed with set:")
+                raise SweepError(
+                    f"{where}: {part}: {key} is not an axis of {stem} (its axes: "
+                    f"{', '.join(swept) or 'none'}); a constant is changed with set:"
+                )
             if not isinstance(values, list) or not values:
                 raise SweepError(f"{where}: {part}: {key} needs a non-empty list of values, got {values!r}")
     if both := sorted(set(parts["only"]) & set(parts["grid"])):
         raise SweepError(f"{where}: {both[0]} is under both only: and grid:; give it one")
     for key, values in parts["only"].items():
         if missing := [v for v in values if v not in swept[key]]:
-            raise SweepError(f"{where}: only: {key} lists {missing}, not among {stem}'s values {swept[key]}; "
-                             "only: picks some of the spec's cells (grid: gives an axis its own values)")
+            raise SweepError(
+                f"{where}: only: {key} lists {missing}, not among {stem}'s values {swept[key]}; "
+                "only: picks some of the spec's cells (grid: gives an axis its own values)"
+            )
         params[key] = {"values": [v for v in swept[key] if v in values]}  # the spec's order: its base first
     for key, values in parts["grid"].items():
         params[key] = {"values": list(values)}
     axes = {k: p["values"] for k, p in params.items() if k in swept}
     for key, value in parts["set"].items():
         if hit := next((a for a, vs in axes.items() if key in _axis_keys(a, vs)), None):
-            raise SweepError(f"{where}: set: {key}: {stem} sweeps over {hit} ({axes[hit]}), which sets it; a variant "
-                             "changes settings, not the grid: drop it, or pick cells with only: or give the axis "
-                             "its own values with grid:")
+            raise SweepError(
+                f"{where}: set: {key}: {stem} sweeps over {hit} ({axes[hit]}), which sets it; a variant "
+                "changes settings, not the grid: drop it, or pick cells with only: or give the axis "
+                "its own values with grid:"
+            )
         params[key] = {"value": value}
     for key in unset:
         if key not in params or key in swept:
@@ -218,10 +241,12 @@ def wandb_spec(name: str, specs_dir: Path = SWEEPS_DIR) -> dict:
 def write_wandb_spec(name: str, out: Path | None, specs_dir: Path = SWEEPS_DIR) -> str:
     """The full W&B spec as YAML, written to `out` when given; a header says where it comes from."""
     spec = wandb_spec(name, specs_dir)  # first: a bad name or spec stops here with its one line
-    text = (f"# Written by `make wandb-spec SWEEP={name}` from {spec_source(name, specs_dir)} over "
-            f"sweeps/{BASE}.yaml: edit those, not this.\n"
-            f"#   wandb sweep {out or '<this file>'}; wandb agent <sweep id>\n"
-            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=120))
+    text = (
+        f"# Written by `make wandb-spec SWEEP={name}` from {spec_source(name, specs_dir)} over "
+        f"sweeps/{BASE}.yaml: edit those, not this.\n"
+        f"#   wandb sweep {out or '<this file>'}; wandb agent <sweep id>\n"
+        + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=120)
+    )
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
@@ -247,8 +272,11 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
 
 
 # Cell-name parts of settings outside Table 3 (label_part): h8-dk32-dv32-kv2, ...-fixed_enc7.
-LABEL_ALIASES = {"model.kv_heads": "kv", "model.init_kv_gain": "kvgain", **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}"
-                                             for kind in FIXED_KINDS}}
+LABEL_ALIASES = {
+    "model.kv_heads": "kv",
+    "model.init_kv_gain": "kvgain",
+    **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}" for kind in FIXED_KINDS},
+}
 
 
 def follows_heads(key: str, flats: list[dict]) -> bool:
@@ -275,11 +303,18 @@ def label_part(key: str, value) -> str:
 
 def cell_labels(flats: list[dict]) -> list[str]:
     """h8-dk32-dv32, plus each other setting that differs between the cells (N3-dm256-..., drop0.1-...)."""
-    varied = [k for k in flats[0] if len({repr(f.get(k)) for f in flats}) > 1
-              and k not in ("model.heads", "model.d_k", "model.d_v") and not follows_heads(k, flats)]
+    varied = [
+        k
+        for k in flats[0]
+        if len({repr(f.get(k)) for f in flats}) > 1
+        and k not in ("model.heads", "model.d_k", "model.d_v")
+        and not follows_heads(k, flats)
+    ]
     varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
-    return ["-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"]
-                     + [label_part(k, f[k]) for k in varied]) for f in flats]
+    return [
+        "-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"] + [label_part(k, f[k]) for k in varied])
+        for f in flats
+    ]
 
 
 def row_tag(name: str) -> str:
@@ -299,8 +334,10 @@ def spec_seeds(spec: dict) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Sweep specs: list the sweep names, or write one sweep's full "
-                                                 "W&B spec (sweeps/_base.yaml + its spec + its variant)")
+    parser = argparse.ArgumentParser(
+        description="Sweep specs: list the sweep names, or write one sweep's full "
+        "W&B spec (sweeps/_base.yaml + its spec + its variant)"
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -48,28 +48,52 @@ from headsweep.sweeps.specs import SweepError
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", required=True,
-                        help="a sweep: a spec in sweeps/ (table3_a) or a spec's variant (heads_fixed_dk_fp32)")
-    parser.add_argument("--name", default=None,
-                        help="the sweep's own name when it is not the spec's (its multirun/ and results/ folders), "
-                             "e.g. table3_a_h100 for the spec table3_a run on a GPU")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="run seeds 1..N of every cell (default: the spec's seed values, as W&B agents run)")
+    parser.add_argument(
+        "--sweep", required=True, help="a sweep: a spec in sweeps/ (table3_a) or a spec's variant (heads_fixed_dk_fp32)"
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="the sweep's own name when it is not the spec's (its multirun/ and results/ folders), "
+        "e.g. table3_a_h100 for the spec table3_a run on a GPU",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="run seeds 1..N of every cell (default: the spec's seed values, as W&B agents run)",
+    )
     parser.add_argument("--budget", help="a conf/budget option, e.g. ablation (the shipped results') or short")
     parser.add_argument("--launcher", default="basic", help=f"one of {', '.join(LAUNCHERS)}")
-    parser.add_argument("--scale", choices=["small", "paper"], default="small",
-                        help="paper: the sweep <sweep>_paper, the spec's variant at the paper's sizes (for a GPU)")
-    parser.add_argument("--only", default="",
-                        help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'")
+    parser.add_argument(
+        "--scale",
+        choices=["small", "paper"],
+        default="small",
+        help="paper: the sweep <sweep>_paper, the spec's variant at the paper's sizes (for a GPU)",
+    )
+    parser.add_argument(
+        "--only", default="", help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'"
+    )
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
     parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs go")
-    parser.add_argument("--results", type=Path, default=Path("results"),
-                        help="where finished jobs' small outputs go (results/<sweep>/<run name>)")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="jobs at once, each with cores / N threads (default: 2 on a CPU, 1 with a GPU)")
-    parser.add_argument("--lr-grid", default="",
-                        help="choose each cell's module.peak_lr from these (e.g. 5e-4,1e-3,2e-3) by seed 1's final "
-                             "val/loss, then run every seed at it (headsweep.sweeps.lr_select)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results"),
+        help="where finished jobs' small outputs go (results/<sweep>/<run name>)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="jobs at once, each with cores / N threads (default: 2 on a CPU, 1 with a GPU)",
+    )
+    parser.add_argument(
+        "--lr-grid",
+        default="",
+        help="choose each cell's module.peak_lr from these (e.g. 5e-4,1e-3,2e-3) by seed 1's final "
+        "val/loss, then run every seed at it (headsweep.sweeps.lr_select)",
+    )
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
     if bad := [a for a in extra if a.startswith("--")]:
@@ -83,9 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.lr_grid:
             return run_lr_grid(name, args, extra)
-        sweep = plan(name, args.seeds, extra, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
-                     root=args.root, results=args.results, jobs=args.jobs,
-                     only=[g.strip() for g in args.only.split(",") if g.strip()], name_as=args.name)
+        sweep = plan(
+            name,
+            args.seeds,
+            extra,
+            budget=args.budget,
+            launcher=args.launcher,
+            specs_dir=args.specs,
+            root=args.root,
+            results=args.results,
+            jobs=args.jobs,
+            only=[g.strip() for g in args.only.split(",") if g.strip()],
+            name_as=args.name,
+        )
         return run(sweep, args.dry)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -97,9 +131,20 @@ def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     from headsweep.sweeps.lr_select import parse_grid, plan_lr, run_lr
 
     grid = parse_grid(args.lr_grid)
-    lr = plan_lr(name, args.seeds, extra, grid, budget=args.budget, launcher=args.launcher, specs_dir=args.specs,
-                 root=args.root, results=args.results, jobs=args.jobs,
-                 only=[g.strip() for g in args.only.split(",") if g.strip()], name_as=args.name)
+    lr = plan_lr(
+        name,
+        args.seeds,
+        extra,
+        grid,
+        budget=args.budget,
+        launcher=args.launcher,
+        specs_dir=args.specs,
+        root=args.root,
+        results=args.results,
+        jobs=args.jobs,
+        only=[g.strip() for g in args.only.split(",") if g.strip()],
+        name_as=args.name,
+    )
     return run_lr(lr, args.dry)
 
 

@@ -37,8 +37,9 @@ def finished_values(sweep_results: Path) -> dict[str, dict]:
             continue
         config = read_results(path.parent)["config"]
         for key in SHARED:
-            found[key].setdefault(str(_get(config, key) or ("cpu" if key == "trainer.accelerator" else "32-true")),
-                                  path.parent.name)
+            found[key].setdefault(
+                str(_get(config, key) or ("cpu" if key == "trainer.accelerator" else "32-true")), path.parent.name
+            )
     return found
 
 
@@ -53,23 +54,35 @@ def shared_overrides(name: str, results: Path | None, extra: list[str]) -> list[
     for key, values in finished_values(results / name).items():
         if len(values) > 1:
             jobs = ", ".join(f"{job} {v}" for v, job in values.items())
-            raise SweepError(f"{results / name} mixes {key} ({jobs}): a sweep compares cells in one precision "
-                             "and on one device; move the odd jobs away")
+            raise SweepError(
+                f"{results / name} mixes {key} ({jobs}): a sweep compares cells in one precision "
+                "and on one device; move the odd jobs away"
+            )
         if not values:
             continue
-        (value, job), = values.items()
+        ((value, job),) = values.items()
         if key in asked and asked[key] != value:
-            raise SweepError(f"{results / name} ran {key}={value} ({job}) and the sweep's spec or command asks for "
-                             f"{key}={asked[key]}: a sweep never mixes them; drop the override or start the sweep "
-                             f"anew elsewhere (--results DIR)")
-        if key == "trainer.precision" and value.startswith("bf16") and not cpu_has_bf16() \
-                and not torch.cuda.is_available():
-            raise SweepError(f"{results / name} ran {value} ({job}) and this CPU has no bf16 matmul units "
-                             "(bf16 runs 5-130x slower than fp32 here): finish the sweep on a CPU with AVX512-BF16 "
-                             "or AMX, or start it anew elsewhere (--results DIR)")
+            raise SweepError(
+                f"{results / name} ran {key}={value} ({job}) and the sweep's spec or command asks for "
+                f"{key}={asked[key]}: a sweep never mixes them; drop the override or start the sweep "
+                f"anew elsewhere (--results DIR)"
+            )
+        if (
+            key == "trainer.precision"
+            and value.startswith("bf16")
+            and not cpu_has_bf16()
+            and not torch.cuda.is_available()
+        ):
+            raise SweepError(
+                f"{results / name} ran {value} ({job}) and this CPU has no bf16 matmul units "
+                "(bf16 runs 5-130x slower than fp32 here): finish the sweep on a CPU with AVX512-BF16 "
+                "or AMX, or start it anew elsewhere (--results DIR)"
+            )
         if key == "trainer.accelerator" and value == "gpu" and not torch.cuda.is_available():
-            raise SweepError(f"{results / name} ran on a GPU ({job}) and this machine has none: a sweep never "
-                             "mixes devices; finish it on a GPU or start it anew elsewhere (--results DIR)")
+            raise SweepError(
+                f"{results / name} ran on a GPU ({job}) and this machine has none: a sweep never "
+                "mixes devices; finish it on a GPU or start it anew elsewhere (--results DIR)"
+            )
         if key not in asked:
             out.append(f"{key}={value}")
     return out

@@ -35,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = offline_runs(args.root / args.sweep)
     if not runs:
-        print(f"error: no offline W&B runs under {args.root / args.sweep}/*/wandb/ (the run directories of "
-              f"`make sweep SWEEP={args.sweep}`; results/ holds none)", file=sys.stderr)
+        print(
+            f"error: no offline W&B runs under {args.root / args.sweep}/*/wandb/ (the run directories of "
+            f"`make sweep SWEEP={args.sweep}`; results/ holds none)",
+            file=sys.stderr,
+        )
         return 2
     cmd = sync_command(runs)
     print(f"{len(runs)} offline runs of {args.sweep}: " + shlex.join(cmd), flush=True)

@@ -55,8 +55,10 @@ def checkpoints_to_average(ckpt: Path, n: int) -> list[Path]:
     if up_to is not None:
         by_step = [(s, p) for s, p in by_step if s <= up_to]
     if len(by_step) < n:
-        raise RunError(f"--avg {n} needs {n} checkpoints but {ckpt.parent} has {len(by_step)} "
-                       f"(step*.ckpt{f' up to step {up_to}' if up_to is not None else ''}); pass --avg {len(by_step)} or less")
+        raise RunError(
+            f"--avg {n} needs {n} checkpoints but {ckpt.parent} has {len(by_step)} "
+            f"(step*.ckpt{f' up to step {up_to}' if up_to is not None else ''}); pass --avg {len(by_step)} or less"
+        )
     return [p for _, p in by_step[-n:]]
 
 
@@ -100,24 +102,36 @@ def average_at_end(module, datamodule, ckpt_dir: Path, n: int, precision: str, a
     tail = tail_checkpoints(ckpt_dir, n, after)
     paths = list(tail)
     if len(paths) < 2:
-        log.warning("average_last=%d, average_from=%g: only %d checkpoint(s) in %s, nothing to average",
-                    n, after, len(paths), ckpt_dir)
+        log.warning(
+            "average_last=%d, average_from=%g: only %d checkpoint(s) in %s, nothing to average",
+            n,
+            after,
+            len(paths),
+            ckpt_dir,
+        )
         return {"skipped": f"only {len(paths)} checkpoint(s) to average after {after:g} of the budget"}, {}
     averaged = load_averaged(module, paths)
     save_averaged(averaged, paths, ckpt_dir / AVERAGED)
     hp, split = module.hparams, datamodule.test_split
     refs = datamodule.texts(split)[1]
     out_dir = ckpt_dir.parent / "hypotheses"
-    entry = {"checkpoints": [str(p) for p in paths], "checkpoint": str(ckpt_dir / AVERAGED), "average_from": after,
-             "budget_spent": [round(s, 4) for s in tail.values()],
-             "scores": {}, "hypotheses": {}}
+    entry = {
+        "checkpoints": [str(p) for p in paths],
+        "checkpoint": str(ckpt_dir / AVERAGED),
+        "average_from": after,
+        "budget_spent": [round(s, 4) for s in tail.values()],
+        "scores": {},
+        "hypotheses": {},
+    }
     for name, beam in (("greedy", 1), ("beam", hp.test_beam_size)):
-        hyps = translate_batches(averaged, datamodule.dataloader(split), len(refs), beam_size=beam,
-                                 precision=precision)
+        hyps = translate_batches(averaged, datamodule.dataloader(split), len(refs), beam_size=beam, precision=precision)
         key = f"{split}.{name}"
         entry["scores"][key] = corpus_scores(hyps, refs)
         entry["hypotheses"][key] = str(write_lines(out_dir / f"{key}-avg{len(paths)}.{datamodule.tgt_lang}", hyps))
     beam_scores = entry["scores"][f"{split}.beam"]
-    metrics = {"test_avg/bleu": beam_scores["bleu"], "test_avg/chrf": beam_scores["chrf"],
-               "test_avg/bleu_greedy": entry["scores"][f"{split}.greedy"]["bleu"]}
+    metrics = {
+        "test_avg/bleu": beam_scores["bleu"],
+        "test_avg/chrf": beam_scores["chrf"],
+        "test_avg/bleu_greedy": entry["scores"][f"{split}.greedy"]["bleu"],
+    }
     return entry, metrics

@@ -15,7 +15,9 @@ CHECKPOINT_SETTINGS = {
     "auto_insert_metric_name": flag(),
     "monitor": nullable(text()),
     "mode": choice("min", "max"),
-    "save_top_k": integer(0, 10**6, specials=(-1,), fix="e.g. callbacks.checkpoint.save_top_k=5, or -1 to keep every checkpoint"),
+    "save_top_k": integer(
+        0, 10**6, specials=(-1,), fix="e.g. callbacks.checkpoint.save_top_k=5, or -1 to keep every checkpoint"
+    ),
     "save_last": flag(specials=("link",), null=True),
     "enable_version_counter": flag(),
     "every_n_train_steps": nullable(integer(0, 10**7)),

@@ -35,7 +35,7 @@ def default_run_name(cfg: DictConfig) -> str:
 def default_cell(run_name: str, tags=()) -> str:
     """A run's grid cell: its `cell-<label>` tag (`make sweep` sets one per job), else the run name
     without its seed."""
-    tagged = next((t[len("cell-"):] for t in tags or () if str(t).startswith("cell-")), None)
+    tagged = next((t[len("cell-") :] for t in tags or () if str(t).startswith("cell-")), None)
     return tagged or re.sub(r"-s\d+$", "", run_name)
 
 
@@ -48,13 +48,22 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(str(e)) from None
     m = cfg.module
     try:  # the module's and average_from's own, longer messages first
-        check_settings(m.label_smoothing, m.schedule, m.decay_fraction, m.eval_every, m.l0_lambda, m.gate_lr,
-                       m.get("decay_by", "steps_or_time"))
+        check_settings(
+            m.label_smoothing,
+            m.schedule,
+            m.decay_fraction,
+            m.eval_every,
+            m.l0_lambda,
+            m.gate_lr,
+            m.get("decay_by", "steps_or_time"),
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not 0.0 <= cfg.get("average_from", 0.0) < 1.0:
-        raise ConfigError(f"average_from={cfg.average_from} is a share of the training budget: use a value in "
-                          "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)")
+        raise ConfigError(
+            f"average_from={cfg.average_from} is a share of the training budget: use a value in "
+            "[0, 1), e.g. 0.9 (average only checkpoints written in the last 10%)"
+        )
     try:
         check_ranges(values)
     except SchemaError as e:
@@ -70,11 +79,17 @@ def check_config(cfg: DictConfig) -> None:
             ckpt = resolve_checkpoint(cfg.init_from)
         except RunError as e:
             raise ConfigError(f"init_from: {e}") from None
-        check_heads(model, ckpt, f"init_from={cfg.init_from} was trained with",
-                    "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)")
+        check_heads(
+            model,
+            ckpt,
+            f"init_from={cfg.init_from} was trained with",
+            "fine-tune with the checkpoint's setting (the weights of its heads have other shapes or roles)",
+        )
     if cfg.data.max_len > model["max_len"]:
-        raise ConfigError(f"data.max_len={cfg.data.max_len} is longer than model.max_len={model['max_len']}, the "
-                          "longest sequence the model has positions for: lower data.max_len or raise model.max_len")
+        raise ConfigError(
+            f"data.max_len={cfg.data.max_len} is longer than model.max_len={model['max_len']}, the "
+            "longest sequence the model has positions for: lower data.max_len or raise model.max_len"
+        )
     check_budget(cfg)
     check_lengths(cfg)
     check_intervals(cfg)
@@ -84,21 +99,30 @@ def check_lengths(cfg: DictConfig) -> None:
     """Token budgets against the longest pair a batch must hold, and the decoding limit against the positions."""
     d, model_len = cfg.data, cfg.model.max_len
     if d.max_tokens < d.max_len:
-        raise ConfigError(f"data.max_tokens={d.max_tokens} cannot hold one training pair of data.max_len={d.max_len} "
-                          f"subwords (a batch is padded to its longest pair): raise data.max_tokens to >= {d.max_len} "
-                          "or lower data.max_len")
+        raise ConfigError(
+            f"data.max_tokens={d.max_tokens} cannot hold one training pair of data.max_len={d.max_len} "
+            f"subwords (a batch is padded to its longest pair): raise data.max_tokens to >= {d.max_len} "
+            "or lower data.max_len"
+        )
     eval_tokens = d.eval_max_tokens or 2 * d.max_tokens  # the data module's own default
     if eval_tokens < model_len:
-        given = (f"data.eval_max_tokens={eval_tokens}" if d.eval_max_tokens else
-                 f"data.eval_max_tokens=null (2 x data.max_tokens = {eval_tokens})")
-        raise ConfigError(f"{given} evaluation tokens per batch cannot hold one evaluation pair of up to "
-                          f"model.max_len={model_len} subwords (evaluation keeps every pair): raise data.eval_max_tokens "
-                          f"to >= {model_len} or lower model.max_len")
+        given = (
+            f"data.eval_max_tokens={eval_tokens}"
+            if d.eval_max_tokens
+            else f"data.eval_max_tokens=null (2 x data.max_tokens = {eval_tokens})"
+        )
+        raise ConfigError(
+            f"{given} evaluation tokens per batch cannot hold one evaluation pair of up to "
+            f"model.max_len={model_len} subwords (evaluation keeps every pair): raise data.eval_max_tokens "
+            f"to >= {model_len} or lower model.max_len"
+        )
     extra = cfg.module.max_len_extra
     if extra >= model_len:
-        raise ConfigError(f"module.max_len_extra={extra} decodes up to input length + {extra} tokens, but the model "
-                          f"has positions for model.max_len={model_len} (decoding stops at {model_len - 1} whatever "
-                          f"the input): use module.max_len_extra < {model_len}, e.g. 50, or raise model.max_len")
+        raise ConfigError(
+            f"module.max_len_extra={extra} decodes up to input length + {extra} tokens, but the model "
+            f"has positions for model.max_len={model_len} (decoding stops at {model_len - 1} whatever "
+            f"the input): use module.max_len_extra < {model_len}, e.g. 50, or raise model.max_len"
+        )
 
 
 def check_intervals(cfg: DictConfig) -> None:
@@ -108,38 +132,52 @@ def check_intervals(cfg: DictConfig) -> None:
     vci = t.get("val_check_interval")
     if isinstance(vci, int) and not isinstance(vci, bool):
         if max_steps is not None and vci > max_steps:
-            raise ConfigError(f"trainer.val_check_interval={vci} is beyond trainer.max_steps={max_steps}: no "
-                              f"validation would run before the end; use at most {max_steps}, or null (every epoch)")
+            raise ConfigError(
+                f"trainer.val_check_interval={vci} is beyond trainer.max_steps={max_steps}: no "
+                f"validation would run before the end; use at most {max_steps}, or null (every epoch)"
+            )
         if t.get("check_val_every_n_epoch") is not None:
-            raise ConfigError(f"trainer.val_check_interval={vci} steps with trainer.check_val_every_n_epoch="
-                              f"{t.check_val_every_n_epoch} counts steps within each epoch, and Lightning stops once "
-                              "the data is loaded if an epoch is shorter: set trainer.check_val_every_n_epoch=null "
-                              "(count across epochs, as budget=ablation does)")
+            raise ConfigError(
+                f"trainer.val_check_interval={vci} steps with trainer.check_val_every_n_epoch="
+                f"{t.check_val_every_n_epoch} counts steps within each epoch, and Lightning stops once "
+                "the data is loaded if an epoch is shorter: set trainer.check_val_every_n_epoch=null "
+                "(count across epochs, as budget=ablation does)"
+            )
     if ckpt is None:
         return
     steps, epochs = ckpt.get("every_n_train_steps") or 0, ckpt.get("every_n_epochs") or 0
     if steps and epochs:
-        raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} and callbacks.checkpoint.every_n_epochs="
-                          f"{epochs}: Lightning takes one of them; set the other to null")
+        raise ConfigError(
+            f"callbacks.checkpoint.every_n_train_steps={steps} and callbacks.checkpoint.every_n_epochs="
+            f"{epochs}: Lightning takes one of them; set the other to null"
+        )
     if steps and max_steps is not None and steps > max_steps:
-        raise ConfigError(f"callbacks.checkpoint.every_n_train_steps={steps} is beyond trainer.max_steps={max_steps}: "
-                          "no checkpoint before the end, so a run stopped midway starts again from scratch; use at "
-                          f"most {max_steps}")
+        raise ConfigError(
+            f"callbacks.checkpoint.every_n_train_steps={steps} is beyond trainer.max_steps={max_steps}: "
+            "no checkpoint before the end, so a run stopped midway starts again from scratch; use at "
+            f"most {max_steps}"
+        )
     n, after = cfg.get("average_last", 0), cfg.get("average_from", 0.0)
     if n <= 1:
         return
     keep = ckpt.get("save_top_k", 1)
     if keep != -1 and keep < n:
-        raise ConfigError(f"average_last={n} averages {n} checkpoints but callbacks.checkpoint.save_top_k={keep} keeps "
-                          f"{keep}: set callbacks.checkpoint.save_top_k >= {n} (or -1), or average_last <= {keep}")
+        raise ConfigError(
+            f"average_last={n} averages {n} checkpoints but callbacks.checkpoint.save_top_k={keep} keeps "
+            f"{keep}: set callbacks.checkpoint.save_top_k >= {n} (or -1), or average_last <= {keep}"
+        )
     if steps and max_steps is not None:
-        first = max(math.ceil(after * max_steps), 1)  # a checkpoint at step s is in the window if s >= after * max_steps
+        first = max(
+            math.ceil(after * max_steps), 1
+        )  # a checkpoint at step s is in the window if s >= after * max_steps
         saved = {s for s in range(-(-first // steps) * steps, max_steps, steps)} | {max_steps}
         if len(saved) < 2:
-            raise ConfigError(f"average_last={n}, average_from={after:g}: of trainer.max_steps={max_steps}, checkpoints "
-                              f"every callbacks.checkpoint.every_n_train_steps={steps} steps leave only the final one "
-                              f"after step {first}, nothing to average: lower every_n_train_steps or average_from, "
-                              "or set average_last=0")
+            raise ConfigError(
+                f"average_last={n}, average_from={after:g}: of trainer.max_steps={max_steps}, checkpoints "
+                f"every callbacks.checkpoint.every_n_train_steps={steps} steps leave only the final one "
+                f"after step {first}, nothing to average: lower every_n_train_steps or average_from, "
+                "or set average_last=0"
+            )
 
 
 def check_devices(cfg: DictConfig) -> None:
@@ -147,8 +185,10 @@ def check_devices(cfg: DictConfig) -> None:
     t = cfg.trainer
     devices = t.devices if isinstance(t.devices, int) else None
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError("trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or install a "
-                          "CUDA build of torch on a machine with a GPU")
+        raise ConfigError(
+            "trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or install a "
+            "CUDA build of torch on a machine with a GPU"
+        )
     if t.accelerator == "cpu" and devices is not None:
         cores = os.cpu_count() or 1
         if devices > cores:
@@ -176,7 +216,7 @@ def max_time_seconds(max_time) -> float | None:
     except ValueError:
         parts = []
     if len(parts) != 4:
-        raise ConfigError(f"trainer.max_time={max_time!r}: write it as \"DD:HH:MM:SS\", e.g. \"00:00:25:00\"")
+        raise ConfigError(f'trainer.max_time={max_time!r}: write it as "DD:HH:MM:SS", e.g. "00:00:25:00"')
     days, hours, minutes, seconds = parts
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
@@ -190,17 +230,25 @@ def check_budget(cfg: DictConfig) -> None:
     max_time = max_time_seconds(t.get("max_time"))
     schedule = m.get("schedule", "linear")  # one of SCHEDULES: check_settings has run
     if schedule != "inverse_sqrt" and max_steps is None and max_time is None:
-        raise ConfigError(f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
-                          "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt")
+        raise ConfigError(
+            f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
+            "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt"
+        )
     if schedule != "inverse_sqrt" and m.get("decay_by") == "steps" and max_steps is None:
-        raise ConfigError(f"module.decay_by=steps decays module.schedule={schedule} by trainer.max_steps, which is "
-                          "unset: set trainer.max_steps, or use module.decay_by=steps_or_time")
+        raise ConfigError(
+            f"module.decay_by=steps decays module.schedule={schedule} by trainer.max_steps, which is "
+            "unset: set trainer.max_steps, or use module.decay_by=steps_or_time"
+        )
     if max_steps is not None and m.warmup_steps >= max_steps:
-        raise ConfigError(f"module.warmup_steps={m.warmup_steps} is not shorter than trainer.max_steps={max_steps}: "
-                          "training would end before the learning rate peaks; lower module.warmup_steps")
+        raise ConfigError(
+            f"module.warmup_steps={m.warmup_steps} is not shorter than trainer.max_steps={max_steps}: "
+            "training would end before the learning rate peaks; lower module.warmup_steps"
+        )
     if max_time is not None and max_time < MIN_TIME_S:
-        raise ConfigError(f"trainer.max_time={t.max_time} is shorter than one validation (about {MIN_TIME_S} s "
-                          "with BLEU on 2 CPU cores): give it at least 00:00:01:00")
+        raise ConfigError(
+            f"trainer.max_time={t.max_time} is shorter than one validation (about {MIN_TIME_S} s "
+            "with BLEU on 2 CPU cores): give it at least 00:00:01:00"
+        )
 
 
 def heads_as_used(model: dict) -> dict[str, object]:
@@ -208,8 +256,10 @@ def heads_as_used(model: dict) -> dict[str, object]:
     is null (no sharing, whatever h: another h is resume's own check), no fixed heads is "none"."""
     c = TransformerConfig(**model)
     fixed = {kind: c.fixed(kind) for kind in FIXED_KINDS if c.fixed(kind)}
-    return {"model.kv_heads": c.kv_heads if c.kv_heads not in (None, c.heads) else "null (= heads)",
-            "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none"}
+    return {
+        "model.kv_heads": c.kv_heads if c.kv_heads not in (None, c.heads) else "null (= heads)",
+        "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none",
+    }
 
 
 def check_heads(model: dict, ckpt: Path, trained: str, advice: str) -> None:
@@ -233,5 +283,9 @@ def check_resume(cfg: DictConfig, out_dir: Path) -> None:
     model = OmegaConf.to_container(cfg.model, resolve=True)
     for ckpt in [out_dir / "checkpoints" / "last.ckpt", *out_dir.glob("hpc_ckpt_*.ckpt")]:
         if ckpt.is_file():
-            check_heads(model, ckpt, f"{out_dir} holds a run trained with",
-                        "resume it with its own settings, or write this run elsewhere (hydra.run.dir=...)")
+            check_heads(
+                model,
+                ckpt,
+                f"{out_dir} holds a run trained with",
+                "resume it with its own settings, or write this run elsewhere (hydra.run.dir=...)",
+            )

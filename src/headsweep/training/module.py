@@ -15,7 +15,6 @@ from headsweep.schema import choice, integer, items, mapping, nullable, number, 
 from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
 from headsweep.training.translate import corpus_scores, translate
 
-
 # What each setting of conf/module/ may hold (training.schema checks them all before any data is read;
 # check_settings below gives the module's own longer messages for the ones it checks).
 MODULE_SETTINGS = {
@@ -39,18 +38,29 @@ MODULE_SETTINGS = {
 }
 
 
-def check_settings(label_smoothing: float, schedule: str, decay_fraction: float, eval_every: int, l0_lambda: float,
-                   gate_lr: float, decay_by: str = "steps_or_time") -> None:
+def check_settings(
+    label_smoothing: float,
+    schedule: str,
+    decay_fraction: float,
+    eval_every: int,
+    l0_lambda: float,
+    gate_lr: float,
+    decay_by: str = "steps_or_time",
+) -> None:
     """The module's settings that cannot work, as one line naming the key (checks.check_config calls it
     before any data is read)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if decay_by not in DECAY_BY:
-        raise ValueError(f"module.decay_by={decay_by!r}: use steps (the learning rate follows the step alone; the "
-                         "time cap only stops the job) or steps_or_time (the larger of the step and time shares)")
+        raise ValueError(
+            f"module.decay_by={decay_by!r}: use steps (the learning rate follows the step alone; the "
+            "time cap only stops the job) or steps_or_time (the larger of the step and time shares)"
+        )
     if not 0.0 < decay_fraction <= 1.0:
-        raise ValueError(f"module.decay_fraction={decay_fraction} is the share of the budget wsd decays over: "
-                         "use a value in (0, 1], e.g. 0.25")
+        raise ValueError(
+            f"module.decay_fraction={decay_fraction} is the share of the budget wsd decays over: "
+            "use a value in (0, 1], e.g. 0.25"
+        )
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"module.label_smoothing={label_smoothing} must be in [0, 1), e.g. 0.1 (the paper's)")
     if not isinstance(eval_every, int) or eval_every < 1:
@@ -129,8 +139,12 @@ class TranslationModule(pl.LightningModule):
         memory, src_pad = self.net.encode(batch["src"])
         hidden = self.net.decode_hidden(batch["tgt_in"], memory, src_pad)  # (B, T, d_model)
         real = batch["tgt_out"].ne(self.hparams.pad_id)
-        loss = linear_cross_entropy(hidden[real], self.net.output_weight, batch["tgt_out"][real],
-                                    self.hparams.label_smoothing if smoothing is None else smoothing)
+        loss = linear_cross_entropy(
+            hidden[real],
+            self.net.output_weight,
+            batch["tgt_out"][real],
+            self.hparams.label_smoothing if smoothing is None else smoothing,
+        )
         return loss, int(real.sum())
 
     def on_train_batch_start(self, batch, batch_idx):
@@ -187,15 +201,29 @@ class TranslationModule(pl.LightningModule):
         return schedule_progress(self.hparams.decay_by, done, max_steps, elapsed or 0.0, max_time)
 
     # ----- evaluation -----
-    def translate(self, src: Tensor, beam_size: int = 1, alpha: float | None = None,
-                  max_len_extra: int | None = None, max_len_factor: float | None = None) -> list[str]:
+    def translate(
+        self,
+        src: Tensor,
+        beam_size: int = 1,
+        alpha: float | None = None,
+        max_len_extra: int | None = None,
+        max_len_factor: float | None = None,
+    ) -> list[str]:
         """Detokenised translations of source ids (B, S): greedy, or beam search (alpha: length penalty);
         max_len_factor caps the output at that many times the source length."""
         hp = self.hparams
-        return translate(self.net, self.tokenizer, src, bos_id=hp.bos_id, eos_id=hp.eos_id, pad_id=hp.pad_id,
-                         max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra,
-                         beam_size=beam_size, alpha=hp.length_penalty if alpha is None else alpha,
-                         max_len_factor=max_len_factor)
+        return translate(
+            self.net,
+            self.tokenizer,
+            src,
+            bos_id=hp.bos_id,
+            eos_id=hp.eos_id,
+            pad_id=hp.pad_id,
+            max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra,
+            beam_size=beam_size,
+            alpha=hp.length_penalty if alpha is None else alpha,
+            max_len_factor=max_len_factor,
+        )
 
     def validation_step(self, batch, batch_idx):
         loss, n_tokens = self.loss(batch, smoothing=0.0)  # plain NLL, so exp(loss) is the perplexity
@@ -246,11 +274,15 @@ class TranslationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # torch's RNG state too (dropout masks): a resumed run draws the masks an uninterrupted one would.
-        checkpoint["headsweep"] = {"validations_done": self.validations_done, "val_bleu_step": self.val_bleu_step,
-                                   "train_tokens": self.train_tokens, "train_seconds": self.train_seconds,
-                                   "torch_rng": torch.get_rng_state(),
-                                   # where in the schedule these weights are: averaging picks the annealed tail
-                                   "budget_spent": self.budget_spent(self.trainer.global_step)}
+        checkpoint["headsweep"] = {
+            "validations_done": self.validations_done,
+            "val_bleu_step": self.val_bleu_step,
+            "train_tokens": self.train_tokens,
+            "train_seconds": self.train_seconds,
+            "torch_rng": torch.get_rng_state(),
+            # where in the schedule these weights are: averaging picks the annealed tail
+            "budget_spent": self.budget_spent(self.trainer.global_step),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("headsweep", {})

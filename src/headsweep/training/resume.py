@@ -66,8 +66,13 @@ def resume_checkpoint(out_dir: Path, model: dict, tokenizer_json: str) -> tuple[
             (out_dir / "checkpoints").rename(moved)
         for hpc in out_dir.glob("hpc_ckpt_*.ckpt"):
             hpc.rename(hpc.with_name(f"{hpc.name}.corrupt-{stamp}"))
-        log.warning("%s is unreadable (%s: %s); starting this run over (old checkpoints moved to %s)",
-                    path, type(e).__name__, str(e).splitlines()[0][:120] if str(e) else "", moved)
+        log.warning(
+            "%s is unreadable (%s: %s); starting this run over (old checkpoints moved to %s)",
+            path,
+            type(e).__name__,
+            str(e).splitlines()[0][:120] if str(e) else "",
+            moved,
+        )
         return None
     # a setting older checkpoints lack has the default that reproduces them (e.g. concrete_gates=False; init: the
     # old default, xavier, not today's)
@@ -75,11 +80,15 @@ def resume_checkpoint(out_dir: Path, model: dict, tokenizer_json: str) -> tuple[
     saved = {k: hparams["model"].get(k, defaults.get(k)) for k in model}
     if saved != model:
         k = next(k for k in model if saved[k] != model[k])
-        raise ResumeError(f"{out_dir} holds a run of another model (model.{k}: {saved[k]!r} there, {model[k]!r} "
-                          "here): resume it with its own settings, or write this run elsewhere (hydra.run.dir=...)")
+        raise ResumeError(
+            f"{out_dir} holds a run of another model (model.{k}: {saved[k]!r} there, {model[k]!r} "
+            "here): resume it with its own settings, or write this run elsewhere (hydra.run.dir=...)"
+        )
     if hparams.get("tokenizer_json") != tokenizer_json:
-        raise ResumeError(f"{out_dir} was trained with another vocabulary than this data config builds: resume it "
-                          "with its own data settings, or write this run elsewhere (hydra.run.dir=...)")
+        raise ResumeError(
+            f"{out_dir} was trained with another vocabulary than this data config builds: resume it "
+            "with its own data settings, or write this run elsewhere (hydra.run.dir=...)"
+        )
     return path, step
 
 
@@ -185,16 +194,21 @@ class SafeCheckpointIO(TorchCheckpointIO):
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as RuntimeError
             if tmp.parent.is_dir():
                 tmp.unlink(missing_ok=True)
-            log.warning("could not write checkpoint %s (%s); the previous checkpoint is intact, training goes on",
-                        path, str(e).splitlines()[0][:160] if str(e) else type(e).__name__)
+            log.warning(
+                "could not write checkpoint %s (%s); the previous checkpoint is intact, training goes on",
+                path,
+                str(e).splitlines()[0][:160] if str(e) else type(e).__name__,
+            )
 
 
 def resume_command(run_dir: Path, extra: list[str]) -> list[str]:
     """The command that continues `run_dir`: its own overrides, its own directory."""
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     if not overrides_file.is_file():
-        raise ResumeError(f"{run_dir} is not a run directory of `make train` (no .hydra/overrides.yaml); "
-                          "pass the directory a run printed as its outputs")
+        raise ResumeError(
+            f"{run_dir} is not a run directory of `make train` (no .hydra/overrides.yaml); "
+            "pass the directory a run printed as its outputs"
+        )
     overrides = [o for o in yaml.safe_load(overrides_file.read_text()) or [] if not o.startswith("hydra.run.dir=")]
     return [sys.executable, "-m", "headsweep.train", *overrides, *extra, f"hydra.run.dir={run_dir.resolve()}"]
 

@@ -92,8 +92,9 @@ def load_module(ckpt: str | Path, map_location: str = "cpu"):
     except (pickle.UnpicklingError, EOFError) as e:  # not a torch file at all
         raise RunError(f"{path} is not a headsweep checkpoint ({type(e).__name__}: {e})") from None
     except (KeyError, TypeError, RuntimeError) as e:
-        raise RunError(f"{path} is not a headsweep checkpoint or does not match this code: "
-                       f"{str(e).splitlines()[0]}") from None
+        raise RunError(
+            f"{path} is not a headsweep checkpoint or does not match this code: {str(e).splitlines()[0]}"
+        ) from None
     return module.eval()
 
 
@@ -103,16 +104,20 @@ def load_weights(module: TranslationModule, ckpt: str | Path) -> Path:
     and which start open."""
     source = load_module(ckpt)
     if source.hparams.tokenizer_json != module.hparams.tokenizer_json:
-        raise RunError(f"init_from={ckpt} was trained with another vocabulary than this run builds: fine-tune with "
-                       "the run's own data settings")
+        raise RunError(
+            f"init_from={ckpt} was trained with another vocabulary than this run builds: fine-tune with "
+            "the run's own data settings"
+        )
     try:
         missing, unexpected = module.load_state_dict(source.state_dict(), strict=False)
     except RuntimeError as e:  # a shape differs
         raise RunError(f"init_from={ckpt} is another model: {str(e).splitlines()[1].strip()}") from None
     missing = [k for k in missing if not k.endswith("concrete.log_alpha")]
     if missing or unexpected:
-        raise RunError(f"init_from={ckpt} is another model ({len(missing)} weights missing, {len(unexpected)} "
-                       f"unexpected, e.g. {(missing + unexpected)[0]}): fine-tune with the run's own model settings")
+        raise RunError(
+            f"init_from={ckpt} is another model ({len(missing)} weights missing, {len(unexpected)} "
+            f"unexpected, e.g. {(missing + unexpected)[0]}): fine-tune with the run's own model settings"
+        )
     return resolve_checkpoint(ckpt)
 
 
@@ -160,7 +165,13 @@ def warn_if_not_final(path: Path, results: dict) -> None:
     if step is not None and step != int(trained):
         logging.getLogger(__name__).warning(
             "%s holds step %d but the run trained %d steps and its results.json scores step %d (a run from before "
-            "the final step was checkpointed): what follows describes step %d", path, step, int(trained), int(trained), step)
+            "the final step was checkpointed): what follows describes step %d",
+            path,
+            step,
+            int(trained),
+            int(trained),
+            step,
+        )
 
 
 def check_vocabulary(module, datamodule) -> None:
@@ -170,8 +181,6 @@ def check_vocabulary(module, datamodule) -> None:
             f"vocabulary mismatch: the checkpoint was trained with another tokenizer than {datamodule.tokenizer_path}; "
             "evaluate with the run's own data settings (same vocab_size, tokenizer and training data)"
         )
-
-
 
 
 # What a finished run keeps when exported (results/<sweep>/<job>/): small, text or PNG, never checkpoints
@@ -220,16 +229,22 @@ def _holds(stored: Path, run_dir: Path) -> bool:
         record = read_record(stored)
     except CorruptRecord:
         return False
-    return (record is not None and record.complete
-            and ((stored / "analysis" / "analysis.json").is_file() or not (run_dir / "analysis" / "analysis.json").is_file()))
+    return (
+        record is not None
+        and record.complete
+        and (
+            (stored / "analysis" / "analysis.json").is_file() or not (run_dir / "analysis" / "analysis.json").is_file()
+        )
+    )
 
 
 # What of a run directory belongs to its W&B run or to analyses of its model, not to its training.
 NOT_TRAINING = (RESULTS, "wandb", "wandb_id", "analysis", "prune", ".*")
 
 
-def adopt_run(export: str | Path, dest: str | Path, *, sweep: str, run_name: str, tags: list[str],
-              analysis: dict | None) -> Path:
+def adopt_run(
+    export: str | Path, dest: str | Path, *, sweep: str, run_name: str, tags: list[str], analysis: dict | None
+) -> Path:
     """The run directory behind an exported run (`export`'s output_dir, checkpoints hard-linked) as a
     trained, not yet analysed run of another sweep at `dest`: the same model, with the new sweep's name,
     tags and analysis settings; where it came from under `shared_from`. Paths in results.json that
@@ -241,8 +256,12 @@ def adopt_run(export: str | Path, dest: str | Path, *, sweep: str, run_name: str
     shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*NOT_TRAINING), copy_function=_link_or_copy)
     config = {**results["config"], "sweep": sweep, "run_name": run_name, "tags": list(tags), "analysis": analysis}
     views = exported.get("views") or [{"sweep": export.parent.name, "job": export.name}]  # its first view's name
-    shared = {"run": f"{views[0]['sweep']}/{views[0]['job']}", "sweep": results["config"].get("sweep"), "tags": results["config"].get("tags"),
-              "what": "the trained model (checkpoint); analysed here"}
+    shared = {
+        "run": f"{views[0]['sweep']}/{views[0]['job']}",
+        "sweep": results["config"].get("sweep"),
+        "tags": results["config"].get("tags"),
+        "what": "the trained model (checkpoint); analysed here",
+    }
     adopted = _rebase({**results, "sweep": sweep, "run_name": run_name, "config": config}, str(src), str(dest))
     write_json(tmp / RESULTS, {**adopted, "shared_from": shared})
     return _publish(tmp, dest)
@@ -259,7 +278,7 @@ def _link_or_copy(src: str, dst: str) -> str:
 
 def _rebase(obj, old: str, new: str):
     """`obj` with every string that is the path `old`, or a path under it, moved under `new`."""
-    return map_strings(obj, lambda s: new + s[len(old):] if s == old or s.startswith(old + os.sep) else s)
+    return map_strings(obj, lambda s: new + s[len(old) :] if s == old or s.startswith(old + os.sep) else s)
 
 
 def _complete_results(run_dir: Path, verb: str) -> dict:

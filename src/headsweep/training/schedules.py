@@ -25,8 +25,9 @@ def inverse_sqrt_schedule(step: int, warmup_steps: int) -> float:
     return min(step / warmup_steps, math.sqrt(warmup_steps / step))
 
 
-def lr_factor(schedule: str, step: int, warmup_steps: int, progress: float, warmup_progress: float,
-              decay_fraction: float = 0.25) -> float:
+def lr_factor(
+    schedule: str, step: int, warmup_steps: int, progress: float, warmup_progress: float, decay_fraction: float = 0.25
+) -> float:
     """The learning rate as a fraction of its peak at optimizer step `step` (1-based).
 
     progress: how much of the budget is spent, in [0, 1]; warmup_progress: the progress at which warm-up
@@ -57,8 +58,9 @@ def budget_progress(step: int, max_steps: int | None, elapsed_s: float, max_time
     return min(max(fractions), 1.0)
 
 
-def schedule_progress(decay_by: str, step: int, max_steps: int | None, elapsed_s: float,
-                      max_time_s: float | None) -> float:
+def schedule_progress(
+    decay_by: str, step: int, max_steps: int | None, elapsed_s: float, max_time_s: float | None
+) -> float:
     """The progress the schedule decays by: budget_progress over steps and time (`steps_or_time`), or over
     steps alone (`steps`: the learning rate is a function of the step, whatever the machine's speed)."""
     if decay_by not in DECAY_BY:

@@ -27,15 +27,37 @@ TRAINER_SETTINGS = {
     "num_nodes": integer(1, 4096),
     "strategy": choice("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "fsdp", "deepspeed"),
     # Lightning's names, and its integer spellings of the full-precision ones
-    "precision": choice("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16",
-                        "64", specials=(32, 16, 64), fix="e.g. trainer.precision=32-true or bf16-mixed"),
+    "precision": choice(
+        "32-true",
+        "bf16-mixed",
+        "16-mixed",
+        "bf16-true",
+        "16-true",
+        "64-true",
+        "32",
+        "16",
+        "bf16",
+        "64",
+        specials=(32, 16, 64),
+        fix="e.g. trainer.precision=32-true or bf16-mixed",
+    ),
     # >= 2: the warm-up takes at least one step and must end before the budget does
     "max_steps": integer(2, 10**8, specials=(-1,), fix="e.g. trainer.max_steps=1150, or -1 for no step limit"),
     "max_epochs": nullable(integer(1, 10**6, specials=(-1,), fix="e.g. -1 (no epoch limit: the steps or time end it)")),
-    "max_time": nullable(text(pattern=r"\d+:\d+:\d+:\d+", pattern_text='a duration "DD:HH:MM:SS"',
-                              fix='write it as "DD:HH:MM:SS", e.g. "00:00:25:00", or null for no time limit')),
-    "val_check_interval": nullable(either(integer(1, 10**8), number(0.0, 1.0, lo_open=True),
-                                          fix="e.g. 230 (steps), 0.5 (of an epoch), or null (once per epoch)")),
+    "max_time": nullable(
+        text(
+            pattern=r"\d+:\d+:\d+:\d+",
+            pattern_text='a duration "DD:HH:MM:SS"',
+            fix='write it as "DD:HH:MM:SS", e.g. "00:00:25:00", or null for no time limit',
+        )
+    ),
+    "val_check_interval": nullable(
+        either(
+            integer(1, 10**8),
+            number(0.0, 1.0, lo_open=True),
+            fix="e.g. 230 (steps), 0.5 (of an epoch), or null (once per epoch)",
+        )
+    ),
     "check_val_every_n_epoch": nullable(integer(1, 10**6)),
     "gradient_clip_val": nullable(number(0.0, 10**6, lo_open=True, fix="e.g. 1.0, or null for no clipping")),
     "log_every_n_steps": integer(1, 10**6),
@@ -53,7 +75,9 @@ WANDB_SETTINGS = {
     "group": nullable(text()),
     "job_type": nullable(text()),
     "tags": items(text()),
-    "mode": choice("online", "offline", "disabled", "dryrun", fix="e.g. logger.wandb.mode=offline (or WANDB_MODE=offline)"),
+    "mode": choice(
+        "online", "offline", "disabled", "dryrun", fix="e.g. logger.wandb.mode=offline (or WANDB_MODE=offline)"
+    ),
     "save_dir": text(),
     "log_model": flag(specials=("all",)),
 }
@@ -151,8 +175,10 @@ def value_of(cfg: DictConfig, key: str):
         if "HydraConfig was not set" in str(e):
             return ...
         reason = " ".join(str(e).splitlines()[0].split())
-        raise SchemaError(f"{key}: its value cannot be resolved ({reason}): give it a plain value "
-                          f"(on the command line or in {where(key)})") from None
+        raise SchemaError(
+            f"{key}: its value cannot be resolved ({reason}): give it a plain value "
+            f"(on the command line or in {where(key)})"
+        ) from None
     if isinstance(value, DictConfig | type(OmegaConf.create([]))):
         return OmegaConf.to_container(value, resolve=True)
     return value
@@ -160,11 +186,13 @@ def value_of(cfg: DictConfig, key: str):
 
 def unknown_key(key: str, value) -> str:
     group = key.rsplit(".", 1)[0] + "." if "." in key else ""
-    siblings = [k for k in SCHEMA if k.startswith(group) and "." not in k[len(group):]]
+    siblings = [k for k in SCHEMA if k.startswith(group) and "." not in k[len(group) :]]
     close = difflib.get_close_matches(key, siblings, n=1)
     hint = f"did you mean {close[0]}?" if close else f"the settings there are {', '.join(siblings[:12])}"
-    return (f"{key}={show(value)} is not a setting of this project (not in its schema, training/schema.py): "
-            f"{hint} Fix the name, or drop it")
+    return (
+        f"{key}={show(value)} is not a setting of this project (not in its schema, training/schema.py): "
+        f"{hint} Fix the name, or drop it"
+    )
 
 
 def bad_value(key: str, value, setting: Setting) -> str:

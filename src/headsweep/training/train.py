@@ -15,16 +15,30 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headsweep.training.averaging import average_at_end
 from headsweep.machine import describe
 from headsweep.model.diagnostics import init_check
 from headsweep.sizes import comparison_config
-from headsweep.training.checks import (ConfigError, check_config, check_devices, check_resume, default_cell,
-                                       default_run_name, torch_threads)
-from headsweep.training.resume import (ResumeError, SafeCheckpointIO, join_metrics, resume_checkpoint,
-                                       set_aside_metrics, wandb_run_id, wandb_unreachable)
-from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
+from headsweep.training.averaging import average_at_end
+from headsweep.training.checks import (
+    ConfigError,
+    check_config,
+    check_devices,
+    check_resume,
+    default_cell,
+    default_run_name,
+    torch_threads,
+)
 from headsweep.training.module import train_time
+from headsweep.training.resume import (
+    ResumeError,
+    SafeCheckpointIO,
+    join_metrics,
+    resume_checkpoint,
+    set_aside_metrics,
+    wandb_run_id,
+    wandb_unreachable,
+)
+from headsweep.training.runs import RESULTS, RunError, is_complete, load_weights, read_results, write_json, write_lines
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +69,7 @@ def train(cfg: DictConfig) -> dict:
         lg.log_hyperparams(comparison_config(resolved, module.param_counts))
         lg.log_metrics({f"params/{k}": v for k, v in module.param_counts.items()}, step=0)
 
-    trainer = hydra.utils.instantiate(cfg.trainer, logger=loggers, callbacks=callbacks,
-                                      plugins=[SafeCheckpointIO()])
+    trainer = hydra.utils.instantiate(cfg.trainer, logger=loggers, callbacks=callbacks, plugins=[SafeCheckpointIO()])
     try:
         metrics = fit_and_test(trainer, module, datamodule, resume, start)
         if not trainer.is_global_zero:  # rank 0 alone writes the run's files
@@ -68,15 +81,31 @@ def train(cfg: DictConfig) -> dict:
         checkpoint = next((cb for cb in callbacks if isinstance(cb, pl.callbacks.ModelCheckpoint)), None)
         averaged = None
         if cfg.get("average_last", 0) > 1 and checkpoint is not None:  # the paper averages the last 5
-            averaged, avg_metrics = average_at_end(module, datamodule, Path(checkpoint.dirpath),
-                                                   cfg.average_last, resolved["trainer"]["precision"],
-                                                   cfg.get("average_from", 0.0))
+            averaged, avg_metrics = average_at_end(
+                module,
+                datamodule,
+                Path(checkpoint.dirpath),
+                cfg.average_last,
+                resolved["trainer"]["precision"],
+                cfg.get("average_from", 0.0),
+            )
             metrics.update(avg_metrics)
             for lg in loggers:
                 lg.log_metrics(avg_metrics, step=trainer.global_step)
                 lg.save()  # the trainer has already flushed its loggers for the last time
-        results = results_record(cfg, resolved, module, datamodule, metrics, averaged, hyp_files, checkpoint,
-                                 resume[1] if resume else None, wandb_info, at_init)
+        results = results_record(
+            cfg,
+            resolved,
+            module,
+            datamodule,
+            metrics,
+            averaged,
+            hyp_files,
+            checkpoint,
+            resume[1] if resume else None,
+            wandb_info,
+            at_init,
+        )
         write_json(out_dir / RESULTS, results)
         wandb_summary(loggers, module, metrics, module.scores.get(f"{cfg.data.test_split}.beam", {}))
     finally:
@@ -109,8 +138,12 @@ def build(cfg: DictConfig):
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
     module = hydra.utils.instantiate(
-        cfg.module, vocab_size=datamodule.vocab_size_actual, tokenizer_json=datamodule.tokenizer_json,
-        pad_id=datamodule.pad_id, bos_id=datamodule.bos_id, eos_id=datamodule.eos_id,
+        cfg.module,
+        vocab_size=datamodule.vocab_size_actual,
+        tokenizer_json=datamodule.tokenizer_json,
+        pad_id=datamodule.pad_id,
+        bos_id=datamodule.bos_id,
+        eos_id=datamodule.eos_id,
         _convert_="all",
     )
     for split in (datamodule.val_split, datamodule.test_split):
@@ -159,8 +192,19 @@ def write_hypotheses(hyp_dir: Path, hypotheses: dict[str, list[str]], lang: str)
     return {name: str(write_lines(hyp_dir / f"{name}.{lang}", hyps)) for name, hyps in hypotheses.items()}
 
 
-def results_record(cfg: DictConfig, resolved: dict, module, datamodule, metrics: dict, averaged, hyp_files: dict,
-                   checkpoint, resumed_from: int | None, wandb_info: dict, at_init: dict | None = None) -> dict:
+def results_record(
+    cfg: DictConfig,
+    resolved: dict,
+    module,
+    datamodule,
+    metrics: dict,
+    averaged,
+    hyp_files: dict,
+    checkpoint,
+    resumed_from: int | None,
+    wandb_info: dict,
+    at_init: dict | None = None,
+) -> dict:
     """Everything results.json says about a finished run (the report and the analysis read only this and
     the files it names)."""
     return {
@@ -195,9 +239,12 @@ def gate_record(net) -> dict | None:
     """The hard-concrete gates at the end (model.concrete_gates): which heads are open, and log alpha."""
     if not net.cfg.concrete_gates:
         return None
-    return {"open": net.open_heads(),
-            "log_alpha": {kind: [m.concrete.log_alpha.tolist() for m in net.attention_layers(kind)]
-                          for kind in net.open_heads()}}
+    return {
+        "open": net.open_heads(),
+        "log_alpha": {
+            kind: [m.concrete.log_alpha.tolist() for m in net.attention_layers(kind)] for kind in net.open_heads()
+        },
+    }
 
 
 def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
@@ -249,12 +296,18 @@ def wandb_tags(cfg: DictConfig, c: DictConfig) -> list[str]:
 def fall_back(info: dict, reason: str, out_dir: Path) -> None:
     """One step down: online -> offline -> disabled, the reasons kept in the run's record."""
     if info["mode"] == "online":
-        log.warning("W&B online logging unavailable (%s): logging offline instead; upload later with "
-                    "`wandb sync %s`", reason, out_dir / "wandb")
+        log.warning(
+            "W&B online logging unavailable (%s): logging offline instead; upload later with `wandb sync %s`",
+            reason,
+            out_dir / "wandb",
+        )
         info.update(mode="offline", fell_back=reason)
     else:
-        log.warning("W&B offline logging failed to start (%s): W&B disabled for this run; its metrics are in "
-                    "csv/ and results.json", reason)
+        log.warning(
+            "W&B offline logging failed to start (%s): W&B disabled for this run; its metrics are in "
+            "csv/ and results.json",
+            reason,
+        )
         info.update(mode="disabled", fell_back="; ".join(filter(None, [info.get("fell_back"), reason])))
 
 

@@ -20,13 +20,25 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
     b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
     return {
-        "bleu": b.score, "chrf": c.score,
-        "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+        "bleu": b.score,
+        "chrf": c.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
     }
 
 
-def decode_tokens(net: Transformer, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int, max_len_extra: int,
-                  beam_size: int = 1, alpha: float = 0.6, max_len_factor: float | None = None) -> Tensor:
+def decode_tokens(
+    net: Transformer,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_len_extra: int,
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    max_len_factor: float | None = None,
+) -> Tensor:
     """Output ids (B, T) for source ids (B, S): greedy, or beam search with the GNMT length penalty alpha;
     at most source length + max_len_extra tokens (the paper's limit), max_len_factor x the source length
     when given, and the model's positions."""
@@ -36,11 +48,31 @@ def decode_tokens(net: Transformer, src: Tensor, *, bos_id: int, eos_id: int, pa
     return decoding.greedy(net, src, bos_id, eos_id, max_len)
 
 
-def translate(net: Transformer, tokenizer: Tokenizer, src: Tensor, *, bos_id: int, eos_id: int, pad_id: int,
-              max_len_extra: int, beam_size: int = 1, alpha: float = 0.6, max_len_factor: float | None = None) -> list[str]:
+def translate(
+    net: Transformer,
+    tokenizer: Tokenizer,
+    src: Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_len_extra: int,
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    max_len_factor: float | None = None,
+) -> list[str]:
     """Detokenised translations of a batch of source ids, cut at the first EOS."""
-    tokens = decode_tokens(net, src, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id, max_len_extra=max_len_extra,
-                           beam_size=beam_size, alpha=alpha, max_len_factor=max_len_factor)
+    tokens = decode_tokens(
+        net,
+        src,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_len_extra=max_len_extra,
+        beam_size=beam_size,
+        alpha=alpha,
+        max_len_factor=max_len_factor,
+    )
     return decode(tokenizer, tokens)
 
 
@@ -54,8 +86,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return None
 
 
-def translate_batches(module, batches, n: int, *, beam_size: int = 1, alpha: float | None = None,
-                      max_len_extra: int | None = None, precision: str = "32-true") -> list[str]:
+def translate_batches(
+    module,
+    batches,
+    n: int,
+    *,
+    beam_size: int = 1,
+    alpha: float | None = None,
+    max_len_extra: int | None = None,
+    precision: str = "32-true",
+) -> list[str]:
     """Translations of padded batches (with `index` = row) by a TranslationModule, back in row order.
 
     Decoded under the run's training precision so the scores compare with its test/bleu (trainer.test
@@ -66,9 +106,12 @@ def translate_batches(module, batches, n: int, *, beam_size: int = 1, alpha: flo
     autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
     with torch.no_grad(), autocast:
         for batch in batches:
-            texts = module.translate(batch["src"].to(device), beam_size,
-                                     alpha=hp.length_penalty if alpha is None else alpha,
-                                     max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra)
+            texts = module.translate(
+                batch["src"].to(device),
+                beam_size,
+                alpha=hp.length_penalty if alpha is None else alpha,
+                max_len_extra=hp.max_len_extra if max_len_extra is None else max_len_extra,
+            )
             for i, text in zip(batch["index"].tolist(), texts):
                 hyps[i] = text
     return hyps
