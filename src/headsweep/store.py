@@ -81,7 +81,14 @@ ADDED_SETTINGS = {
     "model.init": "xavier",
     "model.init_kv_gain": 1.0,
     "module.decay_by": "steps_or_time",
+    # issue 53: every head drawn on its own, unperturbed
+    "model.init_heads": "independent",
+    "model.init_heads_noise": 0.0,
 }
+# Settings added at a default that trains what was trained before them: left out of the identity at that value,
+# so every run recorded before them keeps its key (and results/runs/<key>/), while any other value is another
+# experiment.
+NEUTRAL_SETTINGS = {"model.init_heads": "independent", "model.init_heads_noise": 0.0}
 
 
 def flatten_config(cfg: DictConfig) -> dict:
@@ -151,8 +158,13 @@ def _unresolved(value) -> bool:
 
 def settings_key(settings: dict, seed) -> str:
     """12 hex digits of sha256 over the canonical settings and seed. Values compare by repr (1 and 1.0
-    differ, as they did when runs were compared key by key); a null and a missing key are the same."""
-    canon = {k: repr(v) for k, v in settings.items() if v is not None and not _unresolved(v)}
+    differ, as they did when runs were compared key by key); a null and a missing key are the same, and so are a
+    NEUTRAL_SETTINGS default and a missing key."""
+    canon = {
+        k: repr(v)
+        for k, v in settings.items()
+        if v is not None and not _unresolved(v) and not (k in NEUTRAL_SETTINGS and v == NEUTRAL_SETTINGS[k])
+    }
     text = json.dumps({"settings": canon, "seed": seed}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

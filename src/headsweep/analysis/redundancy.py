@@ -21,6 +21,7 @@ from scipy.stats import spearmanr
 from torch import Tensor
 
 from headsweep.model import ATTENTION_KINDS, attention_switches
+from headsweep.model.head_init import head_vectors, mean_pairwise_cosine
 
 
 def entropy_bits(p: Tensor) -> Tensor:
@@ -104,4 +105,39 @@ def redundancy(js: dict[str, Tensor], heads: int, single: list[dict], threshold:
             "mean_js_bits": float(m.sum() / max(m.numel() - m.size(0), 1)),
             "twin_vs_loss_increase": {"spearman_rho": float(rho), "p": float(p), "n": m.size(0)},
         }
+    return out
+
+
+def within_layers(js: Tensor, heads: int) -> float:
+    """The mean JS (bits) over pairs of heads of the same layer, from collect_js's (L*h, L*h) matrix; nan at h 1."""
+    layers = js.size(0) // heads
+    if heads < 2:
+        return float("nan")
+    blocks = [js[i * heads : (i + 1) * heads, i * heads : (i + 1) * heads] for i in range(layers)]
+    return float(sum(b.sum() - b.diagonal().sum() for b in blocks) / (layers * heads * (heads - 1)))
+
+
+def head_similarity(net, batch: dict, pad_id: int) -> dict[str, dict[str, float]]:
+    """How alike each layer's heads are (issue 53), per attention kind, averaged over its layers: `cos_qkv`, the
+    mean pairwise cosine between heads' W^Q, W^K and W^V slices (concatenated per head; nan with fixed heads),
+    `cos_o` between their W^O blocks (1: identical, about 0: independent draws), and `js`, the mean pairwise
+    Jensen-Shannon divergence (bits) between their attention maps on `batch` (collect_js, teacher-forced, in
+    eval mode: 0 = the same maps)."""
+    was_training = net.training
+    net.eval()
+    try:
+        js = collect_js(net, [batch], pad_id)
+    finally:
+        net.train(was_training)
+    out = {}
+    for kind in ATTENTION_KINDS:
+        modules = net.attention_layers(kind)
+        vectors = [head_vectors(m) for m in modules]
+        cos = {
+            part: float(sum(mean_pairwise_cosine(v[part]) for v in vectors) / len(vectors))
+            if all(v[part] is not None for v in vectors)
+            else float("nan")
+            for part in ("qkv", "o")
+        }
+        out[kind] = {"cos_qkv": cos["qkv"], "cos_o": cos["o"], "js": within_layers(js[kind], modules[0].heads)}
     return out

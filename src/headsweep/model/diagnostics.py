@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from headsweep.model.attention import MultiHeadAttention
+from headsweep.model.head_init import apply_init_heads, coherence
 from headsweep.model.transformer import ATTENTION_KINDS, Transformer, TransformerConfig
 
 PROJECTIONS = ("q", "k", "v", "o")  # W^Q, W^K, W^V, W^O
@@ -159,9 +160,11 @@ def expected_ratios(net: Transformer, src: Tensor, tgt: Tensor, draws: int = DRA
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(r)
                 m._reset_parameters()
+                apply_init_heads([m], net.cfg.init_heads, net.cfg.init_heads_noise)  # as the model was made
             weights, x, memory, mask = calls[kind](m)  # weights (B, h, Tq, Tk)
             mixed = (weights.float() @ memory.float()[:, None]).pow(2).sum(-1).mean(1)  # (B, Tq): mean_i |A_i(t) X|^2
             g = module_gains([m])
+            g["o"] *= coherence(net.cfg.init_heads, m.heads)  # identical heads add coherently (head_init)
             total += g["v"] * g["o"] * (mixed[mask].mean() / x[mask].float().pow(2).sum(-1).mean()).sqrt().item()
         ratios[kind] = total / draws
     return ratios

@@ -24,6 +24,7 @@ from headsweep.model.attention import (
     head_sizes,
     projection_heads,
 )
+from headsweep.model.head_init import INIT_HEADS, apply_init_heads, check_init_heads
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
 from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
 
@@ -62,6 +63,8 @@ MODEL_SETTINGS = {
     "fixed_patterns": nullable(items(text())),
     "init": choice(*INITS),
     "init_kv_gain": number(0.0, 100.0, lo_open=True),
+    "init_heads": choice(*INIT_HEADS),
+    "init_heads_noise": number(0.0, 10.0, fix="e.g. model.init_heads_noise=0.01 (1% of the init's std)"),
 }
 
 
@@ -90,6 +93,8 @@ class TransformerConfig:
     fixed_patterns: list | None = None  # the patterns of fixed heads 1, 2, ...; None = patterns.DEFAULT_PATTERNS
     init: str = "fan_in"  # attention projections: "fan_in" (gain 1 whatever the head sizes) or "xavier" (earlier runs)
     init_kv_gain: float = 1.0  # multiplies the init bound of W^K and W^V
+    init_heads: str = "independent"  # or "identical": every head of a layer starts as head 0 (head_init)
+    init_heads_noise: float = 0.0  # identical heads perturbed by this share of each projection's std
 
     def __post_init__(self):
         if self.positions not in POSITIONS:
@@ -105,6 +110,10 @@ class TransformerConfig:
         except ValueError as e:
             raise ValueError(f"model.{e}") from None
         self._check_heads()
+        try:
+            check_init_heads(self.init_heads, self.init_heads_noise, self.heads, self.fixed_heads)
+        except ValueError as e:
+            raise ValueError(f"model.{e}") from None
 
     def _check_heads(self) -> None:
         """kv_heads and fixed heads: one line naming the key for a value that cannot work."""
@@ -289,6 +298,9 @@ class Transformer(nn.Module):
                 nn.init.normal_(emb.weight, 0.0, d**-0.5)
                 with torch.no_grad():
                     emb.weight[cfg.pad_id].zero_()
+        # last, so that the embeddings get the base's draws (init_heads_noise draws after them)
+        attention = [m for kind in ATTENTION_KINDS for m in self.attention_layers(kind)]
+        apply_init_heads(attention, cfg.init_heads, cfg.init_heads_noise)
 
     def _embed(self, tokens: Tensor, emb: nn.Embedding, start: int = 0) -> Tensor:
         """Token embeddings scaled by sqrt(d_model) plus positions; (B, T) -> (B, T, d_model)."""

@@ -31,6 +31,7 @@ ON_PURPOSE = {
     "model.positions": ("attn/residual",),  # learned positions are another residual stream
     "model.norm_first": ("attn/residual",),
     "model.init": ("gain", "attn/residual"),  # (a sweep never mixes inits: planning.check_cells)
+    "model.init_heads": ("gain W^O",),  # identical heads: W^O / sqrt(h), so that the attention output is the base's
 }
 SIZE_NAMES = {"model.heads": "h", "model.d_k": "d_k", "model.d_v": "d_v", "model.kv_heads": "kv_heads"}
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytorch_lightning as pl
 
+from headsweep.analysis.redundancy import head_similarity
 from headsweep.schema import choice, flag, integer, nullable, text
 
 # What each setting of conf/callbacks/ may hold (training.schema checks them before any data is read, with
@@ -27,6 +30,10 @@ LR_MONITOR_SETTINGS = {
     "_target_": text(),
     "logging_interval": nullable(choice("step", "epoch")),
 }
+HEAD_SIMILARITY_SETTINGS = {
+    "_target_": text(),
+    "sentences": integer(1, 10**4, fix="e.g. callbacks.head_similarity.sentences=32"),
+}
 
 
 class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
@@ -45,3 +52,52 @@ class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
         super().on_train_end(trainer, pl_module)
+
+
+class HeadSimilarity(pl.Callback):
+    """How alike each layer's heads are, over training (issue 53): at the start of training and after every
+    validation, `heads/cos_qkv_<kind>`, `heads/cos_o_<kind>` and `heads/js_<kind>` for kind in enc_self, dec_self,
+    cross (analysis.redundancy.head_similarity: mean pairwise cosine of the heads' projection weights, mean
+    pairwise JS divergence of their attention maps), to metrics.csv and W&B with the validation's own metrics.
+
+    The maps are those of one fixed batch: the first `sentences` sentences of the first validation batch (the
+    validation loader does not shuffle), the same at every measurement, so the curve follows the weights alone.
+    One teacher-forced pass over a few sentences: a fraction of a validation's cost.
+    """
+
+    def __init__(self, sentences: int = 32):
+        self.sentences = sentences
+        self.batch: dict | None = None
+
+    def _keep(self, batch: dict) -> None:
+        self.batch = {k: batch[k][: self.sentences].detach().clone() for k in ("src", "tgt_in")}
+
+    def _measure(self, pl_module: pl.LightningModule) -> dict[str, float]:
+        batch = {k: v.to(pl_module.device) for k, v in self.batch.items()}
+        found = head_similarity(pl_module.net, batch, pl_module.hparams.pad_id)
+        return {
+            f"heads/{name}_{kind}": value
+            for kind, values in found.items()
+            for name, value in values.items()
+            if not math.isnan(value)  # no W^Q slices to compare where heads are fixed
+        }
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # The point at init (identical heads: cos 1, JS 0), not again on a resume. Straight to the loggers: Lightning's
+        # self.log here would be written at the end of the first epoch. At step -1, as Lightning writes a validation
+        # after n steps at n - 1 (reports.cells.learning_curve adds the 1 back): after 0 steps.
+        datamodule = getattr(trainer, "datamodule", None)
+        if trainer.global_step == 0 and datamodule is not None:
+            self._keep(next(iter(datamodule.val_dataloader())))
+            metrics = self._measure(pl_module)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=-1)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.batch is None and batch_idx == 0 and dataloader_idx == 0:
+            self._keep(batch)
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and self.batch is not None and trainer.state.fn == "fit":
+            for key, value in self._measure(pl_module).items():  # beside the validation's own metrics
+                pl_module.log(key, value, on_step=False, on_epoch=True)

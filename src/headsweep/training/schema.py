@@ -16,7 +16,7 @@ from headsweep.analysis.settings import ANALYSIS_SETTINGS
 from headsweep.data.datamodule import DATA_SETTINGS
 from headsweep.model.transformer import MODEL_SETTINGS
 from headsweep.schema import Setting, choice, either, flag, integer, items, mapping, nullable, number, share, text
-from headsweep.training.callbacks import CHECKPOINT_SETTINGS, LR_MONITOR_SETTINGS
+from headsweep.training.callbacks import CHECKPOINT_SETTINGS, HEAD_SIMILARITY_SETTINGS, LR_MONITOR_SETTINGS
 from headsweep.training.module import MODULE_SETTINGS
 
 # pytorch_lightning.Trainer's arguments that conf/trainer/ sets.
@@ -120,6 +120,7 @@ SCHEMA: dict[str, Setting] = {
     **_under("trainer", TRAINER_SETTINGS),
     **_under("callbacks.checkpoint", CHECKPOINT_SETTINGS),
     **_under("callbacks.lr_monitor", LR_MONITOR_SETTINGS),
+    **_under("callbacks.head_similarity", HEAD_SIMILARITY_SETTINGS),
     **_under("logger.wandb", WANDB_SETTINGS),
     **_under("logger.csv", CSV_SETTINGS),
     **_under("analysis", ANALYSIS_SETTINGS),
