@@ -275,6 +275,7 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
 LABEL_ALIASES = {
     "model.kv_heads": "kv",
     "model.init_kv_gain": "kvgain",
+    "model.attn_dropout": "attndrop",
     "model.init_heads": "init",
     "model.init_heads_noise": "noise",
     **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}" for kind in FIXED_KINDS},

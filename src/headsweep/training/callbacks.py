@@ -98,6 +98,7 @@ class HeadSimilarity(pl.Callback):
             self._keep(batch)
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking and self.batch is not None and trainer.state.fn == "fit":
+        # after each validation while fitting, and the final weights' (train.fit_and_test validates them apart)
+        if not trainer.sanity_checking and self.batch is not None:
             for key, value in self._measure(pl_module).items():  # beside the validation's own metrics
                 pl_module.log(key, value, on_step=False, on_epoch=True)
