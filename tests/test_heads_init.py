@@ -295,3 +295,53 @@ def test_a_run_logs_how_alike_its_heads_are_at_init_and_at_every_validation(tiny
     at = {int(r["step"]) for r in rows if all(r.get(k) for k in keys)}
     validations = {int(r["step"]) for r in rows if r.get("val/loss")}
     assert -1 in at and validations and validations <= at  # at init (after 0 steps) and beside each val/loss
+
+
+# ---- the report ----
+
+
+PARAMS = {"params": {"total": 7_577_600}}  # what the report reads of a run besides its scores
+
+
+def similarity_csv(points: dict[int, float]) -> str:
+    """A metrics CSV as a run with the callback leaves it: the init point at -1, validations at n - 1 with val/loss."""
+    keys = [f"heads/{m}_{k}" for m in ("cos_qkv", "cos_o", "js") for k in KINDS]
+    lines = ["step,val/bleu,val/loss," + ",".join(keys)]
+    for step, cos in points.items():
+        val = "" if step == 0 else f"{20.0},{3.0}"
+        lines.append(f"{step - 1},{val or ','}," + ",".join(str(cos if "cos" in k else 1 - cos) for k in keys))
+    return "\n".join(lines) + "\n"
+
+
+def test_the_sweep_page_shows_the_head_similarity_curves_per_cell(tmp_path):
+    from conftest import fake_run
+    from headsweep.reports import report as R
+    from headsweep.reports.cells import group_cells, load_runs
+    from headsweep.reports.report_similarity import cell_similarity
+
+    root = tmp_path / "results"
+    for seed in (1, 2):  # the base, trained before the log: only val/loss
+        fake_run(
+            root, "heads_identical", f"base-s{seed}", seed, 30.0, curve="step,val/bleu,val/loss\n229,20,3\n", **PARAMS
+        )
+    identical = ["model.init_heads=identical", "model.attn_dropout=0.1"]
+    fake_run(
+        root, "heads_identical", "ident-s1", 1, 25.0, identical, curve=similarity_csv({0: 1.0, 230: 0.8}), **PARAMS
+    )
+    fake_run(
+        root, "heads_identical", "ident-s2", 2, 25.0, identical, curve=similarity_csv({0: 1.0, 230: 0.6}), **PARAMS
+    )
+    cells = group_cells(load_runs(root / "heads_identical", "heads_identical")[0])
+    ident, base = (next(c for c in cells if c.label == label) for label in ("ident", "base"))
+    steps, mean, sd = cell_similarity(ident, "heads/cos_o_cross")
+    assert steps == [0, 230] and mean == pytest.approx([1.0, 0.7]) and sd == pytest.approx([0.0, 0.02**0.5])
+    assert cell_similarity(ident, "heads/js_enc_self")[1] == pytest.approx([0.0, 0.3])
+    paths = R.write_report("heads_identical", root, tmp_path / "reports", n_samples=50)
+    png = tmp_path / "reports" / "heads_identical-head-similarity.png"
+    assert png in paths and png.stat().st_size > 10_000
+    md = (tmp_path / "reports" / "heads_identical.md").read_text()
+    assert "Head similarity against training step" in md and "No curve for base: trained before" in md
+    # without a run that logged it, no figure
+    from headsweep.reports.report_similarity import similarity_curves
+
+    assert similarity_curves("heads_identical", [base], tmp_path) is None

@@ -37,6 +37,7 @@ from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
 from headsweep.reports.report_lr import lr_section, split_grid_runs
 from headsweep.reports.report_plots import learning_curves, plots
+from headsweep.reports.report_similarity import similarity_curves
 from headsweep.reports.report_site import index_record, write_index
 from headsweep.reports.report_table import (
     cell_details,
@@ -562,7 +563,8 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     curves = learning_curves(sweep, cells, out_dir)
     lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir, root)
-    figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
+    similarity = similarity_curves(sweep, cells, out_dir)  # where runs logged it (issue 53)
+    figures = plots(sweep, cells, keys, out_dir) + [f for f in (curves, similarity) if f] + lr_figures
     head = title(sweep, cells, keys)
     sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]
     md = sweep_markdown(
