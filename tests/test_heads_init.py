@@ -341,6 +341,7 @@ def test_the_sweep_page_shows_the_head_similarity_curves_per_cell(tmp_path):
     assert png in paths and png.stat().st_size > 10_000
     md = (tmp_path / "reports" / "heads_identical.md").read_text()
     assert "Head similarity against training step" in md and "No curve for base: trained before" in md
+    assert "| ident | fan_in, identical heads | " in md  # the init check's table (W^O's 0.35 is on purpose)
     # without a run that logged it, no figure
     from headsweep.reports.report_similarity import similarity_curves
 

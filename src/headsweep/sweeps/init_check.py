@@ -172,7 +172,9 @@ def init_check_table(
         rows.append(
             [
                 labels[i],
-                f"{flats[i].get('model.init')}" + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else ""),
+                f"{flats[i].get('model.init')}"
+                + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else "")
+                + (", identical heads" if flats[i].get("model.init_heads") == "identical" else ""),
                 *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
                 _kinds([checks[i]["ratio"][k] for k in kinds]),
                 differs,
