@@ -253,6 +253,18 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
         ]
         assert "model.init=fan_in" in sweep.common and "model.init=xavier" in frozen["common"]
         return
+    if name.endswith("_mup"):  # issue 54's per-matrix rates as a variant: its spec's (fan_in) jobs, plus the base
+        spec_name = name.removesuffix("_mup") + ("_fan_in" if f"{name.removesuffix('_mup')}_fan_in" in NAMES else "")
+        plain = P.plan(spec_name, seeds=1, budget="ablation", root=tmp_path, results=tmp_path / "r", jobs=1, cores=2)
+        added = ("module.lr_base=", "trainer.precision=")
+        same = lambda job: [o for o in job.overrides if not o.startswith(added)]  # noqa: E731
+        assert [(j.name, same(j)) for j in sweep.jobs] == [(j.name, same(j)) for j in plain.jobs]
+        base = sweep.jobs[0].overrides  # every job scales from the base cell's fan-ins, h 8 d_v 32 d_ff 1024
+        assert all("module.lr_base={w_o:256,ff_w2:1024}" in j.overrides for j in sweep.jobs), base
+        assert "module.lr_scaling=mup" in sweep.common and "module.lr_scaling=mup" not in plain.common
+        return
+    if name not in FROZEN:  # a sweep written after the plans were frozen (heads_wo_mirror): checked above
+        return
     frozen = FROZEN[name]
     assert [f"{j.name} {' '.join(j.overrides)}" for j in sweep.jobs] == frozen["seed_1_jobs"]
     assert sorted(sweep.common) == frozen["common"] and SP.spec_seeds(spec) == frozen["seeds"]
