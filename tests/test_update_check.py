@@ -123,3 +123,40 @@ def test_a_run_records_its_update_check(tiny_run):
     flat["module.peak_lr"] = config["module"]["peak_lr"]
     assert recorded == measure_update(config["model"], update_settings(flat), config["seed"])
     assert recorded["lr_scaling"] == "none" and set(recorded["change"]) == {"enc_self", "dec_self", "cross"}
+
+
+def test_make_sweep_prints_the_update_check_before_anything_trains(tmp_path, capsys):
+    """A spec of the bar's two cells: planned with the update check, one line for h 32 under one rate; its mup
+    variant (every job given the base's fan-ins) none."""
+    import yaml
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec = {
+        "method": "grid",
+        "parameters": {"model": {"values": ["{heads:8,d_k:32,d_v:32}", "{heads:32,d_k:32,d_v:32}"]}},
+        "variants": {"mup": {"set": {"module.lr_scaling": "mup"}}},
+    }
+    (specs / "two.yaml").write_text(yaml.safe_dump(spec))
+    kw = dict(seeds=1, root=tmp_path / "mr", specs_dir=specs, update_margin=UPDATE_MARGIN)
+    P.plan("two", extra=["module.peak_lr=2e-3"], **kw)
+    out = capsys.readouterr().out
+    assert out.count("update check: two cell h32-dk32-dv32 moves its attention") == 1, out
+    sweep = P.plan("two_mup", extra=["module.peak_lr=2e-3"], **kw)
+    assert "update check" not in capsys.readouterr().out
+    assert all("module.lr_base={w_o:256,ff_w2:1024}" in j.overrides for j in sweep.jobs)
+
+
+def test_the_report_section_reads_each_cells_recorded_check():
+    from types import SimpleNamespace
+
+    from headsweep.sweeps.init_check import update_check_section
+
+    (f8, c8), (f32, c32) = cell(BASE), cell(H32)
+    run = lambda flat, check: SimpleNamespace(seed=1, flat=flat, results={"update_check": check})  # noqa: E731
+    cells = [SimpleNamespace(label="h8", runs=[run(f8, c8)]), SimpleNamespace(label="h32", runs=[run(f32, c32)])]
+    section = update_check_section(cells).splitlines()
+    assert section[0] == "## First steps" and "10 Adam steps" in section[2]
+    assert section[-1].startswith("| h32 |") and "enc_self 2." in section[-1]
+    old = [SimpleNamespace(label="h8", runs=[run(f8, None)])]
+    assert update_check_section(old) == ""  # runs recorded before issue 54: no section
