@@ -57,6 +57,8 @@ $(SETUP_STAMP): pyproject.toml
 	# torch first, pinned: the local CPU build. Unpinned, pip would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e ".[dev]"
+	# mup, the reference of the per-matrix rates' test: without its torchvision, which would pull another torch
+	$(PY) -m pip install -q --no-deps "mup>=1.0"
 	@touch $@
 
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
