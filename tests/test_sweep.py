@@ -73,8 +73,9 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "kv_heads_init",
     }
     fan_in = {"heads_fixed_dk_fan_in", "table3_b_fan_in", "fixed_heads_fan_in"}  # issue 42's re-runs, none shipped yet
-    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in
-    assert set(NAMES) - fan_in == set(FROZEN)
+    mup = {"heads_wo_mirror", "heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's, none shipped yet
+    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in | mup
+    assert set(NAMES) - fan_in - mup == set(FROZEN)
     # one file per study: the fp32, budget, learning-rate, init and paper-size sweeps are variants of these
     assert [p.stem for p in SPECS] == [
         "fixed_heads",
@@ -82,6 +83,7 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "heads_by_width",
         "heads_fixed_dk",
         "heads_specialise",
+        "heads_wo_mirror",
         "kv_heads",
         *(f"table3_{r}" for r in "abcde"),
     ]
@@ -94,6 +96,7 @@ PROTOCOL = {
     "trainer.max_time",
     "module.peak_lr",
     "module.decay_by",
+    "module.lr_scaling",
     "model.init",
     "model.init_kv_gain",
     "trainer",

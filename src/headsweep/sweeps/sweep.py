@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.sweeps.init_check import UPDATE_MARGIN
+from headsweep.sweeps.init_check import UPDATE_MARGIN, check_margin
 from headsweep.sweeps.launch import run
 from headsweep.sweeps.planning import LAUNCHERS, default_jobs, plan  # noqa: F401 (default_jobs: make bench)
 from headsweep.sweeps.specs import SweepError
@@ -100,7 +100,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         type=float,
         default=UPDATE_MARGIN,
         help="the update check's margin m in (0, 10): a cell whose attention moves in its first steps outside "
-        f"[1/(1+m), 1+m] of its base's gets a line (default {UPDATE_MARGIN}; headsweep.sweeps.init_check)",
+        f"[1/(1+m), 1+m] of its base's gets a line (default {UPDATE_MARGIN}; headsweep.sweeps.init_check); "
+        "checked before a command that trains, not with --dry",
     )
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
@@ -113,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
     try:
+        try:
+            check_margin(args.update_margin)
+        except ValueError as e:
+            raise SweepError(str(e)) from None
+        # the update check trains each cell a few steps (seconds a cell; tens at the paper's sizes on a CPU):
+        # before a command that trains, not in a --dry listing
+        args.update_margin = None if args.dry else args.update_margin
         if args.lr_grid:
             return run_lr_grid(name, args, extra)
         sweep = plan(
