@@ -5,8 +5,11 @@ Early val loss: a run's val loss at the validation nearest EARLY_SHARE (40%) of 
 (step 460 of 1,150 under budget=ablation, 920 of 2,300 at twice it). Its excess: that minus the median of
 the same validation over the runs of its reference cell, the sweep's base cell or, for a cell of another
 model size (N, d_model, d_ff), the base at that size where the sweep has one (the cell the report compares
-it with: a wider model's early loss is lower whatever its h). A run is stuck when its excess is above the
-threshold.
+it with: a wider model's early loss is lower whatever its h), at the run's own peak rate where that cell has runs
+there (issue 54: its seeds, or its LR-grid run at that rate; `same_rate_references`), so that a cell trained at a
+lower chosen rate is not flagged for its rate: heads_fixed_dk_fan_in's h 32 at 1e-3 reads +0.44-0.51 against the
+base at 2e-3 and +0.27-0.33 against the base's grid run at 1e-3. The report names each reference. A run is
+stuck when its excess is above the threshold.
 
 The threshold, chosen from the data (`choose_threshold`): pool the excess of every distinct run under the
 results folder (a run copied into several sweeps counts once). Seed noise is the sd of the base runs'
