@@ -97,6 +97,9 @@ class TranslationModule(pl.LightningModule):
     equal); conf also scales peak_lr with the width (d_model^-0.5, 2e-3 at d_model 256), which a number
     given here does not. peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak.
 
+    lr_scaling="mup": per-matrix Adam rates, W^O's and the FFN's W_2's peak scaled by lr_base's fan-in over
+    theirs (headsweep.training.lr_scaling; the schedule multiplies every group alike).
+
     With model.concrete_gates the loss adds l0_lambda * the expected number of open head gates (Voita
     et al. 2019), the gates' log alpha learn at gate_lr (same schedule), and each layer's open-gate count
     is logged as gates/<kind>.<layer>.
