@@ -24,6 +24,8 @@ STEPS ?=
 JOBS ?=
 # make sweep: peak learning rates to choose from per cell by seed 1's val loss (e.g. 5e-4,1e-3,2e-3); empty: the config's
 LR_GRID ?=
+# make sweep: the update check's margin m (issue 54): a cell whose attention moves in its first steps outside [1/(1+m), 1+m] of its base's gets a line; empty: 0.5
+UPDATE_MARGIN ?=
 RESULTS ?= results
 CKPT ?=
 SPLIT ?=
@@ -55,6 +57,8 @@ $(SETUP_STAMP): pyproject.toml
 	# torch first, pinned: the local CPU build. Unpinned, pip would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e ".[dev]"
+	# mup, the reference of the per-matrix rates' test: without its torchvision, which would pull another torch
+	$(PY) -m pip install -q --no-deps "mup>=1.0"
 	@touch $@
 
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
@@ -84,7 +88,7 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation LR_GRID=5e-4,1e-3,2e-3]
 	$(PY) -m headsweep.sweeps.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
-		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(DRY),--dry) $(ARGS)
+		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(UPDATE_MARGIN),--update-margin=$(UPDATE_MARGIN)) $(if $(DRY),--dry) $(ARGS)
 
 .PHONY: wandb-spec
 wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `wandb sweep`: make wandb-spec SWEEP=heads_fixed_dk_fp32

@@ -4,6 +4,7 @@ report's section. No training: the launcher is faked as in test_sweep.py."""
 
 import math
 import subprocess
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -476,3 +477,36 @@ def test_tiny_lr_grid_end_to_end(tmp_path, capsys, monkeypatch):
     assert "## Learning rate chosen per cell" in paths[0].read_text()
     monkeypatch.setattr(L.subprocess, "run", lambda *a, **k: pytest.fail("a finished job was launched again"))
     assert S.main(args) == 0
+
+
+def test_a_wider_grid_run_for_some_cells_is_recorded_as_their_edge_extension_only(tmp_path, capsys):
+    """Issue 54: the grid ran for both cells; a later command widens it to 4e-3 with ONLY picking one cell's edge
+    run. That cell's grid becomes the wider one, recorded as an extension of the old; the other cell keeps the grid
+    its runs were recorded under: it neither waits for a 4e-3 run it never needed nor is re-recorded with it."""
+    lr = plan(tmp_path)
+    grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.30], CELLS[1]: [2.50, 2.45, 2.35]})  # the base chose the edge
+    wider = [*GRID, 4e-3]
+    edge = f"{CELLS[0]}-lr0.004-s1"
+    lr = plan(tmp_path, grid=wider, only=[edge])
+    base, other = lr.cells
+    assert (base.grid, base.extended_from) == (wider, GRID)
+    assert (other.grid, other.extended_from) == (GRID, None)
+    assert [j.name for j in lr.grid_sweep.jobs if not j.done] == [edge]  # the one job this command trains
+    assert LR.chosen_sweep(lr)[1] == [CELLS[0]]  # only the widened cell waits, for its edge run
+    assert LR._record_of(other.grid_jobs[1e-3])["grid"] == GRID
+    finish(lr, base.grid_jobs[4e-3], 2.60)
+    LR.record_selection(lr.grid_sweep, out=sys.stdout)
+    results = tmp_path / "results" / "table3_e"
+    widened = {"phase": "grid", "grid": wider, "select_on": "val/loss", "extended_from": GRID}
+    assert seen(results / f"{CELLS[0]}-lr0.001-s1")["config"]["lr_select"] == widened
+    kept = {"phase": "grid", "grid": GRID, "select_on": "val/loss"}
+    assert all(seen(results / f"{CELLS[1]}-lr{v:g}-s1")["config"]["lr_select"] == kept for v in GRID)
+    chosen, waiting = LR.chosen_sweep(lr)
+    assert waiting == []
+    records = {j.cell: LR._record_of(j) for j in chosen.jobs}
+    assert records[CELLS[0]]["grid"] == wider and records[CELLS[0]]["chosen"] == 2e-3  # 4e-3 did worse
+    assert records[CELLS[0]]["extended_from"] == GRID and len(records[CELLS[0]]["val_loss"]) == 4
+    assert records[CELLS[1]]["grid"] == GRID and "extended_from" not in records[CELLS[1]]
+    # the same wider command without ONLY plans every cell at every rate: the other cell's edge then too
+    lr = plan(tmp_path, grid=wider)
+    assert [c.grid for c in lr.cells] == [wider, wider] and lr.cells[1].extended_from == GRID

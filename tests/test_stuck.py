@@ -219,3 +219,65 @@ def test_a_learning_rate_grids_runs_are_not_pooled_for_the_threshold():
     assert len(pool["runs"]) == len(
         {os.path.realpath(p) for p in (root / "kv_heads_lr").iterdir() if p.is_dir() and "-lr0." not in p.name}
     )  # each chosen-rate run once
+
+
+def at_rate(run: Path, rate: float, **config) -> None:
+    """Rewrite a fixture run's results.json: its peak rate, and any other config keys."""
+    import json
+
+    path = run / "results.json"
+    results = json.loads(path.read_text())
+    results["config"]["module"]["peak_lr"] = rate
+    results["config"].update(config)
+    if "run_name" in config:
+        results["run_name"] = config["run_name"]
+    path.write_text(json.dumps(results))
+
+
+def test_a_run_at_another_rate_is_compared_with_the_base_at_that_rate(sweep_root, tmp_path):
+    """Issue 54: h4 chose 1e-3 and the base 2e-3. Its early loss is compared with the base's LR-grid run at
+    1e-3 (early loss 3.60, a slower start at the lower rate), not with the base's seeds at 2e-3 (median 3.25),
+    and the report names the reference; without a base run at 1e-3 it falls back to the base's rate, said so."""
+    import shutil
+
+    sweep = sweep_root / "table3_a"
+    for seed in (1, 2, 3):
+        at_rate(sweep / f"h4-dk64-dv64-s{seed}", 1e-3)
+    for seed in (1, 2, 3):  # the base at its chosen rate 2e-3 (make_run's default), the rest at 2e-3 too
+        at_rate(sweep / f"h8-dk32-dv32-s{seed}", 2e-3)
+    for seed in (1, 2):
+        at_rate(sweep / f"h2-dk128-dv128-s{seed}", 2e-3)
+
+    def cells_and_grid():
+        runs, _ = R.load_runs(sweep)
+        runs, grid = R.split_grid_runs(runs)
+        cells = R.group_cells(runs)
+        R.summarize(cells, n_samples=20)
+        return cells, {c.label: c for c in cells}, grid
+
+    cells, by, grid = cells_and_grid()
+    assert grid == []
+    early = R.stuck_runs(cells, sweep_root, None, None, grid)["early"]
+    h4 = {r.seed: early[r.dir] for r in by["h4-dk64-dv64"].runs}
+    assert h4[1].reference == "h8-dk32-dv32 (at lr 0.002; none at 0.001)"  # no base run at 1e-3: the base's own
+    assert h4[1].reference_median == pytest.approx(3.25)
+
+    grid_run = sweep / "h8-dk32-dv32-lr0.001-s1"
+    shutil.copytree(sweep / "h8-dk32-dv32-s1", grid_run)
+    name = "h8-dk32-dv32-lr0.001-s1"
+    record = {"phase": "grid", "grid": [0.001, 0.002], "select_on": "val/loss"}
+    at_rate(grid_run, 1e-3, run_name=name, tags=["row-A", "cell-h8-dk32-dv32-lr0.001"], lr_select=record)
+    write_curve(grid_run, {200: (4.0, 4.4), 400: (8.0, 3.60), 600: (18.0, 3.1), 800: (24.0, 2.9)})
+
+    cells, by, grid = cells_and_grid()
+    assert [r.dir.name for r in grid] == [name]
+    info = R.stuck_runs(cells, sweep_root, None, None, grid)
+    early = info["early"]
+    h4 = {r.seed: early[r.dir] for r in by["h4-dk64-dv64"].runs}
+    assert {e.reference for e in h4.values()} == {"h8-dk32-dv32 at lr 0.001"}
+    assert [round(e.excess, 6) for e in h4.values()] == [round(x - 3.60, 6) for x in (3.30, 3.35, 3.90)]
+    assert by["h4-dk64-dv64"].row["stuck_seeds"] == []  # 3.90 is 0.30 above the base at its rate: not stuck
+    h2 = {e.reference for r in by["h2-dk128-dv128"].runs for e in [early[r.dir]]}
+    assert h2 == {"h8-dk32-dv32"}  # at the base's own rate: the base's seeds
+    md = R.write_report("table3_a", sweep_root, tmp_path / "reports", n_samples=20)[0].read_text()
+    assert "against h8-dk32-dv32 at lr 0.001's median 3.600" in md

@@ -47,6 +47,7 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 SHIPPED = SWEEPS_DIR.parent / "results"
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
 AFTER_FREEZE = {"heads_wo_mirror", "heads_identical"}
+MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
 
 
 def shipped_sweep(results: Path, name: str) -> None:
@@ -75,8 +76,11 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "kv_heads_init",
     }
     fan_in = {"heads_fixed_dk_fan_in", "table3_b_fan_in", "fixed_heads_fan_in"}  # issue 42's re-runs, none shipped yet
-    assert set(NAMES) == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in | AFTER_FREEZE
-    assert set(NAMES) - fan_in - AFTER_FREEZE == set(FROZEN)
+    assert (
+        set(NAMES)
+        == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in | AFTER_FREEZE | MUP
+    )
+    assert set(NAMES) - fan_in - AFTER_FREEZE - MUP == set(FROZEN)
     # one file per study: the fp32, budget, learning-rate, init and paper-size sweeps are variants of these
     assert [p.stem for p in SPECS] == [
         "fixed_heads",
@@ -98,6 +102,7 @@ PROTOCOL = {
     "trainer.max_time",
     "module.peak_lr",
     "module.decay_by",
+    "module.lr_scaling",
     "model.init",
     "model.init_kv_gain",
     "trainer",
@@ -259,6 +264,18 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
         ]
         assert "model.init=fan_in" in sweep.common and "model.init=xavier" in frozen["common"]
         return
+    if name.endswith("_mup"):  # issue 54's per-matrix rates as a variant: its spec's (fan_in) jobs, plus the base
+        spec_name = name.removesuffix("_mup") + ("_fan_in" if f"{name.removesuffix('_mup')}_fan_in" in NAMES else "")
+        plain = P.plan(spec_name, seeds=1, budget="ablation", root=tmp_path, results=tmp_path / "r", jobs=1, cores=2)
+        added = ("module.lr_base=", "trainer.precision=")
+        same = lambda job: [o for o in job.overrides if not o.startswith(added)]  # noqa: E731
+        assert [(j.name, same(j)) for j in sweep.jobs] == [(j.name, same(j)) for j in plain.jobs]
+        base = sweep.jobs[0].overrides  # every job scales from the base cell's fan-ins, h 8 d_v 32 d_ff 1024
+        assert all("module.lr_base={w_o:256,ff_w2:1024}" in j.overrides for j in sweep.jobs), base
+        assert "module.lr_scaling=mup" in sweep.common and "module.lr_scaling=mup" not in plain.common
+        return
+    if name not in FROZEN:  # a sweep written after the plans were frozen (heads_wo_mirror): checked above
+        return
     frozen = FROZEN[name]
     assert [f"{j.name} {' '.join(j.overrides)}" for j in sweep.jobs] == frozen["seed_1_jobs"]
     assert sorted(sweep.common) == frozen["common"] and SP.spec_seeds(spec) == frozen["seeds"]
@@ -350,7 +367,10 @@ def test_unknown_sweep_lists_the_available_ones(capsys):
     err = capsys.readouterr().err
     assert (
         err.count("\n") == 1
-        and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_specialise, kv_heads,"
+        and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, "
+        "heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, "
+        "heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_fixed_dk_mup, heads_identical, heads_specialise, heads_wo_mirror, "
+        "heads_wo_mirror_mup, kv_heads,"
         in err
     )
 

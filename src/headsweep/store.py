@@ -131,12 +131,17 @@ def _heads_as_used(out: dict) -> None:
 def experiment_settings(flat: dict) -> dict:
     """The experiment settings of a flattened config (flatten_config: settings added since a saved
     run was made read at their old behaviour, so an old record and a new job compare equal)."""
+    from headsweep.training.lr_scaling import is_identity  # torch-free arithmetic on the flat settings
+
+    # per-matrix rates whose factors are all 1 (lr_scaling none, or the base cell) train what no scaling does
+    same_rates = is_identity(flat)
     return {
         k: v
         for k, v in flat.items()
         if k.startswith(EXPERIMENT_KEYS)
         and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT
         and not k.startswith("module.model.")
+        and not (same_rates and k.startswith(("module.lr_scaling", "module.lr_base")))
     }
 
 

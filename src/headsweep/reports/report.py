@@ -32,7 +32,7 @@ from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
 from headsweep.reports import report_convergence, report_stuck
-from headsweep.reports.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
 from headsweep.reports.report_lr import lr_section, split_grid_runs
@@ -55,7 +55,7 @@ from headsweep.reports.report_table import (
 from headsweep.reports.significance import paired_bootstrap
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS, schema_note
-from headsweep.sweeps.init_check import init_check_section
+from headsweep.sweeps.init_check import init_check_section, update_check_section
 from headsweep.sweeps.paper import COLUMNS, table3
 from headsweep.sweeps.specs import follows_width
 
@@ -210,12 +210,12 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
     used = set()
     for sweep in sweeps_in(root) if sweeps is None else sweeps:
         # a learning-rate grid's runs start slowly at a small rate by design: no seeds of a cell, not pooled
-        runs = split_grid_runs(load_runs(root / sweep, sweep)[0])[0]
+        runs, grid_runs = split_grid_runs(load_runs(root / sweep, sweep)[0])
         if not runs:
             continue
         cells = group_cells(runs)
         refs = early_references(cells)
-        early = report_stuck.early_losses(cells, refs)
+        early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
         for c in cells:
             for r in c.runs:
                 if r.dir in early:
@@ -499,16 +499,20 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
     return True
 
 
-def stuck_runs(cells: list[Cell], root: Path, threshold: float | None, pool: dict | None) -> dict:
+def stuck_runs(
+    cells: list[Cell], root: Path, threshold: float | None, pool: dict | None, grid_runs: list[Run] = ()
+) -> dict:
     """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from every
-    sweep's runs under root (`pool`: early_pool(root), computed here when not passed)."""
+    sweep's runs under root (`pool`: early_pool(root), computed here when not passed). Each run against its
+    reference at its own rate where the reference has runs there (`grid_runs`: the sweep's LR grid)."""
     if threshold is not None:
         chosen = report_stuck.Threshold(report_stuck.check_threshold(threshold), "given")
         pool = pool or {}
     else:
         pool = pool if pool is not None else early_pool(root)
         chosen = report_stuck.choose_threshold(pool["excesses"], pool["base_excesses"], pool["n_sweeps"])
-    early = report_stuck.early_losses(cells, early_references(cells))
+    refs = report_stuck.same_rate_references(cells, early_references(cells), list(grid_runs))
+    early = report_stuck.early_losses(cells, refs)
     report_stuck.flag(cells, early, chosen.value)
     pairs = pool.get("pairs") or []
     return {
@@ -555,7 +559,7 @@ def write_report(
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
-    info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool)
+    info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool, grid_runs)
     info["convergence"] = report_convergence.convergence(cells)
     speed = decode_speed_columns(sweep_dir)
     for c in cells:
@@ -566,7 +570,8 @@ def write_report(
     similarity = similarity_curves(sweep, cells, out_dir)  # where runs logged it (issue 53)
     figures = plots(sweep, cells, keys, out_dir) + [f for f in (curves, similarity) if f] + lr_figures
     head = title(sweep, cells, keys)
-    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]
+    checks = (init_check_section(cells), update_check_section(cells))  # at init, and in the first steps
+    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), *checks) if s]
     md = sweep_markdown(
         head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures, "\n\n".join(sections) or None
     )

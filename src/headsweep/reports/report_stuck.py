@@ -5,8 +5,11 @@ Early val loss: a run's val loss at the validation nearest EARLY_SHARE (40%) of 
 (step 460 of 1,150 under budget=ablation, 920 of 2,300 at twice it). Its excess: that minus the median of
 the same validation over the runs of its reference cell, the sweep's base cell or, for a cell of another
 model size (N, d_model, d_ff), the base at that size where the sweep has one (the cell the report compares
-it with: a wider model's early loss is lower whatever its h). A run is stuck when its excess is above the
-threshold.
+it with: a wider model's early loss is lower whatever its h), at the run's own peak rate where that cell has runs
+there (issue 54: its seeds, or its LR-grid run at that rate; `same_rate_references`), so that a cell trained at a
+lower chosen rate is not flagged for its rate: heads_fixed_dk_fan_in's h 32 at 1e-3 reads +0.44-0.51 against the
+base at 2e-3 and +0.27-0.33 against the base's grid run at 1e-3. The report names each reference. A run is
+stuck when its excess is above the threshold.
 
 The threshold, chosen from the data (`choose_threshold`): pool the excess of every distinct run under the
 results folder (a run copied into several sweeps counts once). Seed noise is the sd of the base runs'
@@ -88,10 +91,43 @@ def early_point(run: Run) -> tuple[int, float] | None:
     return min(points, key=lambda p: abs(p[0] - target))
 
 
+LR_KEY = "module.peak_lr"
+
+
+def _rate(c: Cell) -> float | None:
+    rates = {r.flat.get(LR_KEY) for r in c.runs}
+    return next(iter(rates)) if len(rates) == 1 else None
+
+
+def same_rate_references(cells: list[Cell], references: dict[str, Cell], grid_runs: list[Run]) -> dict[str, Cell]:
+    """Each cell's reference at the cell's own peak rate (issue 54): a cell trained at a lower chosen rate starts
+    slower for its rate alone, so its early loss is compared with the reference cell's runs at that rate where
+    it has some: its seeds there, else its learning-rate grid run there (every LR-grid sweep has one per rate).
+    Such a reference is named '<cell> at lr <v>'; without runs at the rate the reference stays the cell at its
+    own rate, named '<cell> (at lr <its rate>; none at <v>)'. A cell at the reference's own rate keeps it."""
+    from headsweep.reports.report_lr import grid_cell  # report_lr imports the sweep planning: only here
+
+    out = {}
+    for c in cells:
+        ref = references[c.label]
+        rate, ref_rate = _rate(c), _rate(ref)
+        if ref is c or rate is None or ref_rate is None or rate == ref_rate:
+            out[c.label] = ref
+            continue
+        runs = [r for r in ref.runs if r.flat.get(LR_KEY) == rate]
+        runs += [r for r in grid_runs if grid_cell(r) == ref.label and r.flat.get(LR_KEY) == rate]
+        if runs:
+            out[c.label] = Cell(f"{ref.label} at lr {rate:g}", runs)
+        else:
+            out[c.label] = Cell(f"{ref.label} (at lr {ref_rate:g}; none at {rate:g})", ref.runs)
+    return out
+
+
 def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, Early]:
     """Each run's Early, by run directory; a run without a validation, or whose reference cell has none,
-    is absent (said in the report as not checked)."""
-    points = {r.dir: early_point(r) for c in cells for r in c.runs}
+    is absent (said in the report as not checked). A reference may hold runs of no cell (a learning-rate grid's:
+    same_rate_references)."""
+    points = {r.dir: early_point(r) for c in [*cells, *references.values()] for r in c.runs}
     medians = {}
     for ref in {id(v): v for v in references.values()}.values():
         losses = [points[r.dir][1] for r in ref.runs if points.get(r.dir)]
@@ -254,8 +290,9 @@ def section(
     lines.append(
         f"- Early val loss: each run's val loss at the validation nearest {EARLY_SHARE:.0%} of "
         f"trainer.max_steps (step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}), minus the median "
-        f"of its reference cell's runs there (the base, or the base at the cell's model size: "
-        f"{', '.join(refs)}). A run is stuck on an early plateau when that excess is above the "
+        f"of its reference cell's runs there (the base, or the base at the cell's model size, at the cell's own "
+        f"peak rate where it has runs there, its LR-grid run included: {', '.join(refs)}). A run is stuck on an "
+        f"early plateau when that excess is above the "
         f"{threshold_words(t)}."
     )
     if stuck:

@@ -8,12 +8,20 @@ before it, from their config.
 The base of a cell is the sweep's first cell of the same d_model (heads_by_width has one per width; a width
 with no cell of its own base, as table3_c's d_model 128, is its own). Quantities a cell varies on purpose
 (ON_PURPOSE) are not compared: a mirror cell's K/V gain, fixed heads' attention, learned positions.
+
+The update check (issue 54), beside it: each cell's attention output change in its first Adam steps at its rate
+(headsweep.training.update_check), against its base's; a cell outside [1/(1+m), 1+m] of the base's in a kind it
+does not vary on purpose (UPDATE_ON_PURPOSE) gets one line (`update_lines`; `make sweep UPDATE_MARGIN=m`, 0.5
+unless given), each run records its own (results.json `update_check`), and the report shows the table
+(`update_check_section`). At one rate W^O's fan-in h * d_v sets how far the attention moves: h 32 at d_k 32
+moves 2.0-2.3x the base's; per-matrix rates (module.lr_scaling mup) bring it to 1.02-1.24x.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 
 import torch
 
@@ -201,3 +209,165 @@ def init_check_section(cells) -> str:
         "does not vary on purpose carries a confound of the protocol, not of the attention setting."
     )
     return "\n".join(["## At init", "", note, "", *init_check_table(labels, flats, checks), ""])
+
+
+# -- the update check (issue 54) ---------------------------------------------------------------------------
+# Beside the init check: from its init each cell takes training.update_check.STEPS Adam steps at its rate on
+# the same synthetic batches, and each attention kind's output change (RMS of the change over RMS at init, on
+# a fixed batch) is compared with its base's. A cell is flagged when the ratio is outside [1/(1+m), 1+m] in a
+# kind it does not vary on purpose (a fixed head's kind, or settings that change the whole attention).
+
+UPDATE_MARGIN = 0.5  # m: `make sweep UPDATE_MARGIN=`; h 32 at d_k 32 moves 2.0-2.3x the base's at one rate
+MARGIN_RANGE = (0.0, 10.0)  # open
+KINDS = ("enc_self", "dec_self", "cross")
+UPDATE_ON_PURPOSE = {
+    "model.fixed_heads.enc_self": ("enc_self",),
+    "model.fixed_heads.dec_self": ("dec_self",),
+    "model.init_kv_gain": KINDS,
+    "model.positions": KINDS,
+    "model.norm_first": KINDS,
+    "model.init": KINDS,
+}
+
+
+def check_margin(margin) -> float:
+    """The update check's margin: a number in (0, 10), else one line saying what to give."""
+    lo, hi = MARGIN_RANGE
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not lo < margin < hi:  # NaN fails too
+        raise ValueError(
+            f"update check margin {margin!r}: give a number between {lo:g} and {hi:g} (exclusive), the relative "
+            f"difference from the base's attention update above which a cell is flagged, e.g. {UPDATE_MARGIN}"
+        )
+    return float(margin)
+
+
+def update_settings(flat: dict) -> dict:
+    """What the update check of a cell needs from its flattened settings: its rate, Adam's betas and eps, and
+    its per-matrix rates."""
+    scaling = flat.get("module.lr_scaling") or "none"
+    base = {k: flat.get(f"module.lr_base.{k}") for k in ("w_o", "ff_w2")}
+    return {
+        "lr": float(flat["module.peak_lr"]),
+        "betas": [float(b) for b in flat.get("module.betas", (0.9, 0.98))],
+        "eps": float(flat.get("module.eps", 1e-9)),
+        "lr_scaling": scaling,
+        "lr_base": base if None not in base.values() else None,
+    }
+
+
+@functools.lru_cache(maxsize=256)
+def _updated(model_json: str, settings_json: str, seed: int) -> str:
+    from headsweep.training.update_check import update_check
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: threads only add overhead (and contention on a shared machine)
+    try:
+        cfg = TransformerConfig(**{**json.loads(model_json), "vocab_size": VOCAB})
+        return json.dumps(update_check(cfg, seed=seed, **json.loads(settings_json)))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def measure_update(model: dict, settings: dict, seed: int = 1) -> dict:
+    """training.update_check of a model config (conf/model keys, plain values) at `settings` (update_settings),
+    vocabulary VOCAB (the synthetic batches use its first ids, as the init check's), cached."""
+    return json.loads(_updated(json.dumps(model, sort_keys=True), json.dumps(settings, sort_keys=True), seed))
+
+
+def update_differences(flat: dict, base: dict, check: dict, base_check: dict, margin: float):
+    """(kind, the cell's change, the base's) where the ratio is outside [1/(1+margin), 1+margin], in the kinds
+    the cell does not vary on purpose, largest first."""
+    skip = {k for key in varied_keys(flat, base) for k in UPDATE_ON_PURPOSE.get(key, ())}
+    found = []
+    for kind in KINDS:
+        v, w = check["change"].get(kind), base_check["change"].get(kind)
+        if kind in skip or v is None or not w:
+            continue
+        if not 1 / (1 + margin) <= v / w <= 1 + margin:
+            found.append((kind, v, w))
+    return sorted(found, key=lambda d: -abs(math.log(d[1] / d[2])))
+
+
+def _rate(flat: dict, check: dict) -> str:
+    f = check.get("factors") or {}
+    scaled = ", ".join(f"{k} x{v:.3g}" for k, v in f.items() if v != 1.0)
+    return f"lr {check['lr']:g}" + (f" ({scaled})" if scaled else "") + f", lr_scaling {check.get('lr_scaling')}"
+
+
+def fan_in_cause(flat: dict, base: dict, check: dict) -> str:
+    """Which fan-in moves against the base, and whether per-matrix rates already scale it."""
+    fans = {
+        "W^O's fan-in h * d_v": lambda f: f["model.heads"] * f["model.d_v"],
+        "W_2's fan-in d_ff": lambda f: f["model.d_ff"],
+    }
+    moved = [f"{name} {fan(flat)} (base {fan(base)})" for name, fan in fans.items() if fan(flat) != fan(base)]
+    if not moved:
+        return "no fan-in moves (h, d_v and d_ff give the base's): the attention itself takes other steps"
+    if check.get("lr_scaling") == "mup":
+        return f"{', '.join(moved)}, already scaled by module.lr_scaling=mup: something else moves"
+    return f"{', '.join(moved)}; module.lr_scaling=mup scales those rates by base fan-in / fan-in"
+
+
+def update_lines(
+    sweep: str, labels: list[str], flats: list[dict], checks: list[dict], margin: float = UPDATE_MARGIN
+) -> list[str]:
+    """One line per cell whose attention moves in its first steps more than `margin` off its base's."""
+    lines = []
+    for i, b in enumerate(bases(flats)):
+        if i == b:
+            continue
+        found = update_differences(flats[i], flats[b], checks[i], checks[b], margin)
+        if found:
+            parts = "; ".join(f"{k} {v / w:.2f}x ({v:.3f} vs {w:.3f})" for k, v, w in found)
+            lines.append(
+                f"update check: {sweep} cell {labels[i]} moves its attention in {checks[i]['steps']} steps "
+                f"outside [{1 / (1 + margin):.2f}x, {1 + margin:.2f}x] of {labels[b]}'s: {parts}; at "
+                f"{_rate(flats[i], checks[i])}; likely cause: {fan_in_cause(flats[i], flats[b], checks[i])}"
+            )
+    return lines
+
+
+def update_check_table(
+    labels: list[str], flats: list[dict], checks: list[dict | None], margin: float = UPDATE_MARGIN
+) -> list[str]:
+    """Markdown lines: per cell its rate, each kind's change and its ratio to the base's, and what is flagged."""
+    header = ["cell", "rate", "change enc_self", "change dec_self", "change cross", "x base", "flagged"]
+    rows = []
+    for i, b in enumerate(bases(flats)):
+        c, bc = checks[i], checks[b]
+        if c is None:
+            rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before issue 54)"])
+            continue
+        ratios = "" if bc is None or i == b else _kinds([c["change"][k] / bc["change"][k] for k in KINDS])
+        found = [] if bc is None or i == b else update_differences(flats[i], flats[b], c, bc, margin)
+        rows.append(
+            [
+                labels[i],
+                _rate(flats[i], c),
+                *[f"{c['change'][k]:.3f}" for k in KINDS],
+                ratios or ("(base)" if i == b else "-"),
+                ", ".join(f"{k} {v / w:.2f}x" for k, v, w in found),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def update_check_section(cells) -> str:
+    """The report's section from each cell's first run's `update_check` (results.json); "" where no run has one."""
+    labels, flats, checks = [], [], []
+    for c in cells:
+        run = min(c.runs, key=lambda r: r.seed)
+        labels.append(c.label)
+        flats.append(run.flat)
+        checks.append(run.results.get("update_check"))
+    if not any(checks):
+        return ""
+    steps = next(c["steps"] for c in checks if c)
+    note = (
+        f"Each attention kind's output change after {steps} Adam steps from init at the cell's peak rate (no "
+        "warmup; per-matrix rates where module.lr_scaling is mup) on synthetic batches the same for every cell: "
+        "RMS(out_after - out_init) / RMS(out_init) on a fixed batch, every layer of the kind pooled. A cell "
+        f"whose change is outside [{1 / (1 + UPDATE_MARGIN):.2f}x, {1 + UPDATE_MARGIN:.2f}x] of its base's in "
+        "a kind it does not vary on purpose takes steps of another size, a confound of the protocol."
+    )
+    return "\n".join(["## First steps", "", note, "", *update_check_table(labels, flats, checks), ""])

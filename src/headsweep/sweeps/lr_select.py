@@ -19,6 +19,11 @@ also on seeds 2..N only, which took no part in the choice.
 
 Every job records the grid in its config (`lr_select`, tags lr-grid / lr-chosen and lr<v>): a grid job its
 phase and grid; a chosen-rate job also the rate, each grid value's loss and the runs they came from.
+
+Grids as run (issue 54): each cell has its own grid. A later command with a wider LR_GRID and a narrow ONLY
+(edge runs for two cells) widens the grid of the cells it runs, recorded as an edge extension
+(`extended_from`: the grid before); a cell whose grid runs ONLY leaves out keeps the grid its runs were
+recorded under, so it neither waits for nor is recorded with rates it never needed.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ class CellGrid:
     jobs: list[Job]  # the cell's default-rate jobs from planning.plan, one per seed
     flat: dict  # the cell's settings (find_reuse), module.peak_lr replaced per job
     grid_jobs: dict[float, Job] = field(default_factory=dict)
+    grid: list[float] = field(default_factory=list)  # the cell's own grid: the command's, or as its runs recorded
+    extended_from: list[float] | None = None  # the grid this command widened for the cell (an edge extension)
 
 
 @dataclass
@@ -187,9 +194,11 @@ def plan_lr(
         cells[job.cell].jobs.append(job)
     grid_sweep = replace(base, jobs=[], only=list(only))
     finished = finished_runs(results.resolve(), skip=own)
-    record = lr_record(GRID_PHASE, grid)
     for c in cells.values():
-        for v in grid:
+        c.grid, c.extended_from = cell_grid(c, grid, only, results / own)
+        more = {"extended_from": c.extended_from} if c.extended_from else {}
+        record = lr_record(GRID_PHASE, c.grid, **more)
+        for v in c.grid:
             job = _job(
                 c.jobs[0],
                 grid_sweep,
@@ -204,13 +213,44 @@ def plan_lr(
     # cell-major within the grid: each cell's rates side by side in the listing
     grid_sweep.jobs = [j for c in cells.values() for j in c.grid_jobs.values()]
     lr = LrPlan(own, grid, sorted({j.seed for j in base.jobs}), list(cells.values()), grid_sweep, results, finished)
-    names = [j.name for j in grid_sweep.jobs] + [j.name for c in lr.cells for j in c.jobs]
+    names = [grid_job_name(c.label, v, c.jobs[0].seed) for c in lr.cells for v in grid]
+    names += [j.name for j in grid_sweep.jobs] + [j.name for c in lr.cells for j in c.jobs]
     if unmatched := [g for g in only if not any(fnmatch.fnmatchcase(n, g) for n in names)]:
         raise SweepError(
             f"--only '{unmatched[0]}' matches none of {name}'s jobs ({', '.join(names[:4])}, ...): "
             "use their names, with * and ?"
         )
     return lr
+
+
+def recorded_grid(sweep_dir: Path, cell: str, seed: int) -> list[float]:
+    """The rates a cell's finished grid runs in results/<sweep>/ were recorded under (their lr_select grids
+    together; a run without one counts its own rate); [] where it has none."""
+    rates: set[float] = set()
+    for run in sorted(sweep_dir.glob(f"{cell}-lr*-s{seed}")):
+        record = read_record(run) if is_complete(run) else None
+        if record is None:
+            continue
+        config = as_seen(record, sweep_dir.name, run.name)["config"]
+        lr = config.get("lr_select") or {}
+        if lr.get("phase") == GRID_PHASE:
+            rates |= {float(v) for v in lr.get("grid") or [config["module"]["peak_lr"]]}
+    return sorted(rates)
+
+
+def cell_grid(c: CellGrid, grid: list[float], only: list[str], sweep_dir: Path) -> tuple[list[float], list | None]:
+    """(the cell's grid, the grid it extends or None). Without --only, or where --only picks one of the cell's
+    grid runs, the command's grid: every rate of it is the cell's, and where its grid runs were recorded under a
+    narrower grid this is an edge extension of that one. A cell whose grid runs --only leaves out keeps the grid
+    its runs were recorded under (a later LR_GRID widened for two cells' edge runs is not theirs: they would
+    wait for rates they never needed); with none recorded, the command's grid."""
+    before = recorded_grid(sweep_dir, c.label, c.jobs[0].seed)
+    names = [grid_job_name(c.label, v, c.jobs[0].seed) for v in grid]
+    runs_here = not only or any(fnmatch.fnmatchcase(n, g) for n in names for g in only)
+    if not runs_here:
+        return (before or list(grid)), None
+    widened = before and set(before) < set(grid)
+    return list(grid), (before if widened else None)
 
 
 def final_val_loss(job: Job) -> float | None:
@@ -259,11 +299,12 @@ def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
         rate, losses = picked
         record = lr_record(
             CHOSEN_PHASE,
-            lr.grid,
+            c.grid,
             chosen=rate,
             default=c.default_lr,
-            val_loss=[None if math.isinf(losses[v]) else losses[v] for v in lr.grid],
-            grid_runs=[c.grid_jobs[v].name for v in lr.grid],
+            val_loss=[None if math.isinf(losses[v]) else losses[v] for v in c.grid],
+            grid_runs=[c.grid_jobs[v].name for v in c.grid],
+            **({"extended_from": c.extended_from} if c.extended_from else {}),
         )
         for template in c.jobs:
             job = _job(template, sweep, lr.results, name=template.name, lr=rate, record=record, grid_run=False)
@@ -325,14 +366,14 @@ def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
         if c.label in waiting:
             print(
                 f"  {c.label}: waits for its grid runs ({sum(j.done for j in c.grid_jobs.values())} of "
-                f"{len(lr.grid)} finished)",
+                f"{len(c.grid)} finished)",
                 file=out,
             )
         else:
             rate, losses = picks[c.label]
             print(
                 f"  {c.label}: chosen {LR_KEY}={lr_text(rate)} (val/loss "
-                + ", ".join(f"{lr_text(v)}: {losses[v]:.4f}" for v in lr.grid)
+                + ", ".join(f"{lr_text(v)}: {losses[v]:.4f}" for v in c.grid)
                 + f"; default {lr_text(c.default_lr)})",
                 file=out,
             )

@@ -16,7 +16,15 @@ from omegaconf import OmegaConf
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
 from headsweep.store import flatten_config
-from headsweep.sweeps.init_check import confound_lines, measure
+from headsweep.sweeps.init_check import (
+    bases,
+    check_margin,
+    confound_lines,
+    measure,
+    measure_update,
+    update_lines,
+    update_settings,
+)
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.packing import (
     DEFAULT_FOOTPRINT_GIB,
@@ -39,6 +47,7 @@ from headsweep.sweeps.specs import (
 )
 from headsweep.sweeps.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
+from headsweep.training.lr_scaling import base_fan_ins
 
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
 # overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
@@ -75,11 +84,18 @@ def plan(
     cores: int | None = None,
     only: list[str] = (),
     name_as: str | None = None,
+    update_margin: float | None = None,
 ) -> Sweep:
     """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
     over is noted on the job (headsweep.sweeps.reuse). `name_as`: the sweep's own name (its folders in
     multirun/ and results/, its W&B tag) when it is not the spec's, e.g. table3_a_h100 for the spec table3_a
-    run on a GPU."""
+    run on a GPU. `update_margin`: run the update check (init_check.update_lines) with that margin; None: not
+    (`make sweep` runs it; it trains each cell a few steps, seconds a cell)."""
+    if update_margin is not None:
+        try:
+            update_margin = check_margin(update_margin)
+        except ValueError as e:
+            raise SweepError(str(e)) from None
     spec, path = load_spec(name, specs_dir)
     if seeds is not None and seeds < 1:
         raise SweepError(f"--seeds must be >= 1, got {seeds}")
@@ -112,6 +128,7 @@ def plan(
     if threads:
         common += [f"hydra.launcher.n_jobs={jobs}", f"threads={threads}"]
     try:
+        cells = with_lr_base(common, cells, path)
         composed = [compose_cell(common, cell, path) for cell in cells]
     except SweepError:
         # composing each override alone is the slower half of planning: only done to name which one is at fault
@@ -121,6 +138,10 @@ def plan(
     checks = [measure(c[4], seed_list[0], first_layer=True) for c in composed]  # on the CPU: ~0.1 s a cell
     for line in confound_lines(name, labels, [c[0] for c in composed], checks):
         print(line, flush=True)
+    if update_margin is not None:  # each cell a few steps at its rate (the default: a grid's cells share it)
+        steps = [measure_update(c[4], update_settings(c[0]), seed_list[0]) for c in composed]
+        for line in update_lines(name, labels, [c[0] for c in composed], steps, update_margin):
+            print(line, flush=True)
 
     sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu, spec=spec_name)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
@@ -214,6 +235,27 @@ def check_overrides(common: list[str], spec: dict, path: Path) -> None:
             compose([*common, f"{key}={first}"])
         except Exception as e:
             raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
+
+
+def _scaling(overrides: list[str]) -> str | None:
+    """The module.lr_scaling these overrides set last, None where they leave it at the config's."""
+    found = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == "module.lr_scaling"]
+    return found[-1] if found else None
+
+
+def with_lr_base(common: list[str], cells: list[list[str]], path: Path) -> list[list[str]]:
+    """The cells, each with module.lr_base={w_o:..,ff_w2:..}, its base cell's fan-ins (the first cell of its
+    d_model, as the init check's base), where any cell runs per-matrix rates (module.lr_scaling=mup); the
+    cells unchanged otherwise. The sizes come from composing each cell at lr_scaling none (mup without its base
+    would stop the check)."""
+    if "mup" not in {_scaling([*common, *cell]) for cell in cells}:
+        return cells
+    flats = [compose_cell(common, [*cell, "module.lr_scaling=none"], path)[0] for cell in cells]
+    out = []
+    for cell, b in zip(cells, bases(flats)):
+        fans = base_fan_ins(flats[b])
+        out.append([*cell, "module.lr_base={" + ",".join(f"{k}:{v}" for k, v in fans.items()) + "}"])
+    return out
 
 
 def compose_cell(common: list[str], cell: list[str], path: Path) -> tuple[dict, list, dict | None, dict, dict]:

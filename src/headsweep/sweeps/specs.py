@@ -20,7 +20,8 @@ from headsweep.model.transformer import FIXED_KINDS
 from headsweep.sweeps.paper import ALIASES
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
-RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir")
+# module.lr_base: the base cell's fan-ins, which planning sets from the sweep's base (lr_scaling mup).
+RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir", "module.lr_base")
 BASE = "_base"  # sweeps/_base.yaml; a file whose name starts with _ is no sweep
 # A W&B sweep spec's top-level keys (docs.wandb.ai, "Sweep configuration options"), in the order written out.
 WANDB_KEYS = (

@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
+from headsweep.sweeps.init_check import UPDATE_MARGIN, check_margin
 from headsweep.sweeps.launch import run
 from headsweep.sweeps.planning import LAUNCHERS, default_jobs, plan  # noqa: F401 (default_jobs: make bench)
 from headsweep.sweeps.specs import SweepError
@@ -94,6 +95,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         help="choose each cell's module.peak_lr from these (e.g. 5e-4,1e-3,2e-3) by seed 1's final "
         "val/loss, then run every seed at it (headsweep.sweeps.lr_select)",
     )
+    parser.add_argument(
+        "--update-margin",
+        type=float,
+        default=UPDATE_MARGIN,
+        help="the update check's margin m in (0, 10): a cell whose attention moves in its first steps outside "
+        f"[1/(1+m), 1+m] of its base's gets a line (default {UPDATE_MARGIN}; headsweep.sweeps.init_check); "
+        "checked before a command that trains, not with --dry",
+    )
     parser.add_argument("--specs", type=Path, default=SWEEPS_DIR, help="where the sweep specs are")
     args, extra = parser.parse_known_args(argv)
     if bad := [a for a in extra if a.startswith("--")]:
@@ -105,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parse_args(argv)
     name = f"{args.sweep}_paper" if args.scale == "paper" and not args.sweep.endswith("_paper") else args.sweep
     try:
+        try:
+            check_margin(args.update_margin)
+        except ValueError as e:
+            raise SweepError(str(e)) from None
+        # the update check trains each cell a few steps (seconds a cell; tens at the paper's sizes on a CPU):
+        # before a command that trains, not in a --dry listing
+        args.update_margin = None if args.dry else args.update_margin
         if args.lr_grid:
             return run_lr_grid(name, args, extra)
         sweep = plan(
@@ -119,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             only=[g.strip() for g in args.only.split(",") if g.strip()],
             name_as=args.name,
+            update_margin=args.update_margin,
         )
         return run(sweep, args.dry)
     except SweepError as e:
@@ -144,6 +161,7 @@ def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
         jobs=args.jobs,
         only=[g.strip() for g in args.only.split(",") if g.strip()],
         name_as=args.name,
+        update_margin=args.update_margin,
     )
     return run_lr(lr, args.dry)
 

@@ -56,6 +56,8 @@ def check_config(cfg: DictConfig) -> None:
             m.l0_lambda,
             m.gate_lr,
             m.get("decay_by", "steps_or_time"),
+            m.get("lr_scaling", "none"),
+            OmegaConf.to_container(m.lr_base, resolve=True) if m.get("lr_base") is not None else None,
         )
     except ValueError as e:
         raise ConfigError(str(e)) from None

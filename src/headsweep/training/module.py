@@ -12,6 +12,7 @@ from headsweep.data import load_tokenizer
 from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.model.losses import linear_cross_entropy
 from headsweep.schema import choice, integer, items, mapping, nullable, number, share, text
+from headsweep.training.lr_scaling import SCALINGS, check_scaling, lr_factors, param_groups
 from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
 from headsweep.training.translate import corpus_scores, translate
 
@@ -35,6 +36,9 @@ MODULE_SETTINGS = {
     "l0_lambda": number(0.0, 1000.0),
     "gate_lr": number(0.0, 10.0, lo_open=True),
     "decay_by": choice(*DECAY_BY),
+    "lr_scaling": choice(*SCALINGS, fix="e.g. module.lr_scaling=mup (each matrix's rate by base fan-in / fan-in)"),
+    # the base cell's fan-ins {w_o, ff_w2}; make sweep sets it per job (training.lr_scaling)
+    "lr_base": nullable(mapping()),
 }
 
 
@@ -46,6 +50,8 @@ def check_settings(
     l0_lambda: float,
     gate_lr: float,
     decay_by: str = "steps_or_time",
+    lr_scaling: str = "none",
+    lr_base: dict | None = None,
 ) -> None:
     """The module's settings that cannot work, as one line naming the key (checks.check_config calls it
     before any data is read)."""
@@ -67,6 +73,7 @@ def check_settings(
         raise ValueError(f"module.eval_every={eval_every}: greedy val BLEU runs at every N-th validation; use N >= 1")
     if l0_lambda < 0 or gate_lr <= 0:
         raise ValueError(f"module.l0_lambda must be >= 0 and module.gate_lr > 0, got {l0_lambda}, {gate_lr}")
+    check_scaling(lr_scaling, lr_base)
 
 
 def train_time(trainer: pl.Trainer) -> tuple[float | None, float | None]:
@@ -89,6 +96,9 @@ class TranslationModule(pl.LightningModule):
     The defaults are conf/module/translation.yaml's for the default model (tests/test_train.py holds them
     equal); conf also scales peak_lr with the width (d_model^-0.5, 2e-3 at d_model 256), which a number
     given here does not. peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak.
+
+    lr_scaling="mup": per-matrix Adam rates, W^O's and the FFN's W_2's peak scaled by lr_base's fan-in over
+    theirs (headsweep.training.lr_scaling; the schedule multiplies every group alike).
 
     With model.concrete_gates the loss adds l0_lambda * the expected number of open head gates (Voita
     et al. 2019), the gates' log alpha learn at gate_lr (same schedule), and each layer's open-gate count
@@ -118,9 +128,14 @@ class TranslationModule(pl.LightningModule):
         l0_lambda: float = 0.0,
         gate_lr: float = 0.05,
         decay_by: str = "steps_or_time",
+        lr_scaling: str = "none",
+        lr_base: dict | None = None,
     ):
         super().__init__()
-        check_settings(label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr, decay_by)
+        lr_base = None if lr_base is None else dict(lr_base)
+        check_settings(
+            label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr, decay_by, lr_scaling, lr_base
+        )
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
         self.net = Transformer(TransformerConfig(**model, vocab_size=vocab_size, pad_id=pad_id))
@@ -172,8 +187,13 @@ class TranslationModule(pl.LightningModule):
         hp = self.hparams
         peak = hp.peak_lr if hp.peak_lr is not None else (self.net.cfg.d_model * hp.warmup_steps) ** -0.5
         gates = [p for name, p in self.named_parameters() if name.endswith("concrete.log_alpha")]
-        rest = [p for name, p in self.named_parameters() if not name.endswith("concrete.log_alpha")]
-        groups = [{"params": rest}, *([{"params": gates, "lr": hp.gate_lr, "weight_decay": 0.0}] if gates else [])]
+        rest = [(name, p) for name, p in self.named_parameters() if not name.endswith("concrete.log_alpha")]
+        # lr_scaling mup: a group per factor (W^O, the FFN's W_2 at base fan-in / fan-in); none: one group
+        factors = {f"net.{n}": f for n, f in lr_factors(self.net, hp.lr_scaling, hp.lr_base).items()}
+        groups = [
+            *param_groups(rest, factors, peak),
+            *([{"params": gates, "lr": hp.gate_lr, "weight_decay": 0.0}] if gates else []),
+        ]
         opt = torch.optim.Adam(groups, lr=peak, betas=tuple(hp.betas), eps=hp.eps, weight_decay=hp.weight_decay)
         max_steps = self.trainer.max_steps if self.trainer.max_steps > 0 else None
         warmup_progress = hp.warmup_steps / max_steps if max_steps else 0.0

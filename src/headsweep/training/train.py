@@ -53,6 +53,7 @@ def train(cfg: DictConfig) -> dict:
     pl.seed_everything(cfg.seed, workers=True)
     datamodule, module = build(cfg)
     at_init = init_check(module.net)  # before any weights load: the init this seed gives (the same on resume)
+    at_steps = update_check_of(cfg, module)  # its first steps, as `make sweep` measured them (issue 54)
     resume = find_resume(cfg, out_dir, module, datamodule)
     if cfg.get("init_from") and not resume:
         try:
@@ -105,6 +106,7 @@ def train(cfg: DictConfig) -> dict:
             resume[1] if resume else None,
             wandb_info,
             at_init,
+            at_steps,
         )
         write_json(out_dir / RESULTS, results)
         wandb_summary(loggers, module, metrics, module.scores.get(f"{cfg.data.test_split}.beam", {}))
@@ -204,6 +206,7 @@ def results_record(
     resumed_from: int | None,
     wandb_info: dict,
     at_init: dict | None = None,
+    at_steps: dict | None = None,
 ) -> dict:
     """Everything results.json says about a finished run (the report and the analysis read only this and
     the files it names)."""
@@ -232,7 +235,26 @@ def results_record(
         # attention projections' gains and attention/residual ratio at init (headsweep.model.diagnostics): a
         # cell's init confound shows here (issue 42)
         "init_check": at_init,
+        # each attention kind's output change in its first Adam steps at its rate (sweeps.init_check, issue 54)
+        "update_check": at_steps,
     }
+
+
+def update_check_of(cfg: DictConfig, module) -> dict:
+    """The run's update check: its model config from its seed, at its peak rate, betas, eps and per-matrix
+    rates (the same numbers `make sweep` printed for its cell: sweeps.init_check.measure_update)."""
+    from headsweep.sweeps.init_check import measure_update
+
+    hp = module.hparams
+    peak = hp.peak_lr if hp.peak_lr is not None else (module.net.cfg.d_model * hp.warmup_steps) ** -0.5
+    settings = {
+        "lr": float(peak),
+        "betas": [float(b) for b in hp.betas],
+        "eps": float(hp.eps),
+        "lr_scaling": hp.get("lr_scaling", "none"),
+        "lr_base": dict(hp.lr_base) if hp.get("lr_base") else None,
+    }
+    return measure_update(OmegaConf.to_container(cfg.model, resolve=True), settings, cfg.seed)
 
 
 def gate_record(net) -> dict | None:
