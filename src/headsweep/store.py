@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
-from headsweep.model import head_sizes
+from headsweep.model import resolve_heads
 from headsweep.model.patterns import DEFAULT_PATTERNS
 from headsweep.model.transformer import FIXED_KINDS
 
@@ -99,9 +99,9 @@ def flatten_config(cfg: DictConfig) -> dict:
                 out[key] = tuple(v) if isinstance(v, list) else v
 
     walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
-    out["model.d_k"], out["model.d_v"] = head_sizes(
+    out["model.d_k"], out["model.d_v"], _ = resolve_heads(
         out["model.d_model"], out["model.heads"], out["model.d_k"], out["model.d_v"]
-    )  # null means d_model / h
+    )
     for key, value in ADDED_SETTINGS.items():
         out.setdefault(key, value)
     _heads_as_used(out)
@@ -112,8 +112,7 @@ def _heads_as_used(out: dict) -> None:
     """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
     equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
     patterns are the default list."""
-    if out["model.kv_heads"] is None:
-        out["model.kv_heads"] = out["model.heads"]
+    out["model.kv_heads"] = resolve_heads(None, out["model.heads"], kv_heads=out["model.kv_heads"]).kv_heads
     out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
     for kind in FIXED_KINDS:
         out.setdefault(f"model.fixed_heads.{kind}", 0)

@@ -159,7 +159,7 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
     return {
         "cell": c["cell"],
         "base": c["base"],
-        "kv_heads": net.cfg.kv_heads or net.cfg.heads,
+        "kv_heads": net.cfg.sizes.kv_heads,
         "fixed_heads": net.cfg.fixed_heads,
         "d_ff": net.cfg.d_ff,
         "params": count_parameters(net)["total"],

@@ -23,6 +23,7 @@ headsweep.model.kv_cache, the per-head layout (the tests' reference) in headswee
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,7 @@ __all__ = [
     "IMPLS",
     "INITS",
     "KERNELS",
+    "HeadSizes",
     "KVCache",
     "MultiHeadAttention",
     "attention",
@@ -48,6 +50,7 @@ __all__ = [
     "init_projection",
     "per_group",
     "projection_heads",
+    "resolve_heads",
     "sdpa_attention",
 ]
 
@@ -57,15 +60,32 @@ IMPLS = ("fused", "per_head")
 INITS = ("fan_in", "xavier")
 
 
+class HeadSizes(NamedTuple):
+    d_k: int  # query/key size per head
+    d_v: int  # value size per head
+    kv_heads: int  # key/value heads, each shared by heads / kv_heads query heads
+
+
+def resolve_heads(
+    d_model: int | None, heads: int, d_k: int | None = None, d_v: int | None = None, kv_heads: int | None = None
+) -> HeadSizes:
+    """The sizes a config's nulls stand for, the one place they are resolved: d_k, d_v null = d_model / h (the
+    paper's default), kv_heads null = h (no sharing). d_model may be None where only kv_heads is wanted."""
+    per_head = None if d_model is None else d_model // heads
+    return HeadSizes(
+        per_head if d_k is None else d_k, per_head if d_v is None else d_v, heads if kv_heads is None else kv_heads
+    )
+
+
 def head_sizes(d_model: int, heads: int, d_k: int | None = None, d_v: int | None = None) -> tuple[int, int]:
-    """(d_k, d_v) per head; an unset size is d_model / h, the paper's default."""
-    return (d_k if d_k is not None else d_model // heads), (d_v if d_v is not None else d_model // heads)
+    """(d_k, d_v) per head (resolve_heads)."""
+    return resolve_heads(d_model, heads, d_k, d_v)[:2]
 
 
 def projection_heads(heads: int, kv_heads: int | None = None, fixed: int = 0) -> dict[str, int]:
     """Heads of each projection: W^Q for the h - n learned query heads, W^K for the kv_heads - n key heads
     they use, W^V for all kv_heads value heads (fixed heads have values but neither queries nor keys)."""
-    kv = heads if kv_heads is None else kv_heads
+    kv = resolve_heads(None, heads, kv_heads=kv_heads).kv_heads
     return {"q": heads - fixed, "k": kv - fixed, "v": kv}
 
 
@@ -112,8 +132,7 @@ class MultiHeadAttention(HeadGating, nn.Module):
         fixed = tuple(fixed or ())
         check_head_sharing(heads, kv_heads, len(fixed))
         self.d_model, self.heads = d_model, heads
-        self.kv_heads = heads if kv_heads is None else kv_heads
-        self.d_k, self.d_v = head_sizes(d_model, heads, d_k, d_v)
+        self.d_k, self.d_v, self.kv_heads = resolve_heads(d_model, heads, d_k, d_v, kv_heads)
         if self.d_k < 1 or self.d_v < 1:
             raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
         self.impl, self.kernel, self.dropout = impl, kernel, dropout

@@ -20,6 +20,7 @@ import torch
 from headsweep.model import TransformerConfig
 from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
+from headsweep.sizes import model_of, shares_kv
 
 TOLERANCE = 0.10  # `make sweep`'s line; the test of the shipped sweeps holds them to 5%
 VOCAB = 1024  # the vocabulary planning builds with: the gains and ratios do not depend on it (diagnostics.ID_RANGE)
@@ -86,7 +87,7 @@ def likely_cause(flat: dict, base: dict, found: list[tuple[str, float, float]]) 
     varied = [
         k
         for k in varied_keys(flat, base)  # kv_heads that follows h is no setting of its own
-        if not (k == "model.kv_heads" and all(f.get(k) == f.get("model.heads") for f in (flat, base)))
+        if not (k == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in (flat, base)))
     ]
     sizes = [SIZE_NAMES[k] for k in varied if k in SIZE_NAMES]
     moved = ", ".join(sizes or [k.removeprefix("model.") for k in varied]) or "nothing in the model config"
