@@ -119,10 +119,10 @@ prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's:
 		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
 wheels:  ## On a machine with internet: every dependency but torch as wheels for a GPU node [WHEELS=wheels PYTHON_VERSION=3.12]
-	python3 src/headsweep/wheels.py download --wheels $(WHEELS) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(DEV),--dev)
+	python3 scripts/wheels.py download --wheels $(WHEELS) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(DEV),--dev)
 
 install-offline:  ## On a node with its own CUDA torch, offline: headsweep from WHEELS, torch untouched [GPU_PY=python3 DEV=1]
-	$(GPU_PY) src/headsweep/wheels.py install --wheels $(WHEELS) $(if $(DEV),--dev)
+	$(GPU_PY) scripts/wheels.py install --wheels $(WHEELS) $(if $(DEV),--dev)
 
 gpu-check:  ## On a fresh GPU machine (<10 min, H100): gpu tests, GPU bench, row A x 3 seeds as table3_a_<card>, its report
 	GPU_PY=$(GPU_PY) $(if $(JOBS),JOBS=$(JOBS)) bash scripts/gpu_check.sh

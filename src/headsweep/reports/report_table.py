@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from headsweep.config import DECODE_SPEED  # bench.decode_speed writes it into results/<sweep>/
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
 from headsweep.reports.cells import Cell, learning_curve, val_loss_rises
@@ -219,10 +220,6 @@ def machine_note(cells: list[Cell]) -> str:
         )
         + "."
     )
-
-
-# Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.
-DECODE_SPEED = "decode_speed.json"
 
 
 def decode_speed_columns(sweep_dir: Path) -> dict[str, dict[str, str]]:
