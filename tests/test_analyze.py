@@ -327,7 +327,7 @@ def test_one_source_for_the_analysis_settings():
     conf/analysis/default.yaml; a bad one is one line before anything is read."""
     from omegaconf import OmegaConf
 
-    from headsweep.analysis.importance import AnalysisError
+    from headsweep.analysis.settings import AnalysisError
     from headsweep.config import compose
 
     from_hydra = AnalysisSettings(**OmegaConf.to_container(compose(["analysis=default"]).analysis, resolve=True))

@@ -44,12 +44,11 @@ from pathlib import Path
 import torch
 
 from headsweep.analysis.fixed import pattern_of
-from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.maps import resolve_sentences
 from headsweep.analysis.markdown import markdown, summary
 from headsweep.analysis.measures import FILES, analysis_record, attention_maps, measure, write_plots
 from headsweep.analysis.roles import METRICS
-from headsweep.analysis.settings import AnalysisSettings
+from headsweep.analysis.settings import AnalysisError, AnalysisSettings
 from headsweep.data import DataError
 from headsweep.model import ATTENTION_KINDS
 from headsweep.training.runs import RunError, load_run

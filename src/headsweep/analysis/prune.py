@@ -29,7 +29,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headsweep.analysis.ablation import DECODING, Evaluator
-from headsweep.analysis.importance import AnalysisError, head_importance, normalise_per_layer, pruning_order
+from headsweep.analysis.importance import head_importance, normalise_per_layer, pruning_order
+from headsweep.analysis.settings import AnalysisError
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.markdown import table
