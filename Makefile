@@ -41,7 +41,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -64,6 +64,11 @@ train: setup  ## Train the default model on Multi30k de->en (18-23 min on 2 CPU 
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
 	$(PY) -m headsweep.train experiment=smoke $(ARGS)
+
+LINT_PATHS := src tests scripts
+lint: setup  ## ruff: lint and format check (configured in pyproject.toml; `.venv/bin/ruff format` fixes the format)
+	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/ruff format --check $(LINT_PATHS)
 
 test: setup  ## The fast tests (what CI runs; under ~10 min on 2 cores)
 	$(PY) -m pytest -q

@@ -93,10 +93,10 @@ def wandb_tables(a: dict) -> dict[str, tuple[list[str], list[list]]]:
         "importance_table": (
             ["kind", "layer", "head", "fixed", "importance_raw", "importance_normalised"],
             [
-                [k, l, h, fixed(k, h), imp["raw"][k][l][h], imp["normalised"][k][l][h]]
+                [k, layer, h, fixed(k, h), imp["raw"][k][layer][h], imp["normalised"][k][layer][h]]
                 for k in ATTENTION_KINDS
-                for l in range(len(imp["raw"][k]))
-                for h in range(len(imp["raw"][k][l]))
+                for layer in range(len(imp["raw"][k]))
+                for h in range(len(imp["raw"][k][layer]))
             ],
         )
     }

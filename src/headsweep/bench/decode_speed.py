@@ -174,7 +174,8 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
 
 def format_record(record: dict) -> str:
     lines = [
-        f"{record['sweep']}: CPU {record.get('cpu', '?')}; beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
+        f"{record['sweep']}: CPU {record.get('cpu', '?')}; "
+        f"beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
         f"{record['precision']}, {record['threads']} threads; weights {record['weights']}",
         f"{'cell':<34}{'KV B/target tok':>16}{'x base':>8}{'B/source tok':>13}{'sent/s':>9}{'x base':>8}"
         f"{'out tokens':>12}{'params':>11}",

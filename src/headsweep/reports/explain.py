@@ -17,8 +17,8 @@ cannot tell apart from it.
 
 Only cells that differ from the default model in these sizes enter the fit, each at its width's default
 learning rate, all under one training protocol (model.init, module.decay_by: the one most runs share, or
---init's); a cell with another change (head dropout, fixed heads, another protocol, ...) is listed as left out. Reads only
-results/.
+--init's); a cell with another change (head dropout, fixed heads, another protocol, ...) is listed as left
+out. Reads only results/.
 """
 
 from __future__ import annotations

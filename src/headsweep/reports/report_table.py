@@ -119,7 +119,8 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
     ]
     if not c.base and r["delta"] is not None:
         lines.append(
-            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
+            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: "
+            f"Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
             f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
             f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else "")
         )

@@ -174,7 +174,8 @@ def sweep_device(name: str, results: Path | None, overrides: list[str]) -> tuple
         job = next(iter(finished.values()))
         raise SweepError(
             f"{results / name} holds CPU runs ({job}) and this machine has a GPU: a sweep never mixes "
-            f"devices; run the GPU sweep under its own name (NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
+            "devices; run the GPU sweep under its own name "
+            f"(NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
             f"(ARGS=trainer=cpu)"
         )
     return True, ["trainer=gpu"]

@@ -303,8 +303,8 @@ class TranslationModule(pl.LightningModule):
         """Eval outputs back in file order (batches are sorted by length)."""
         n = len(self.trainer.datamodule.texts(split)[0])
         ordered = [None] * n
-        for index, items in self._eval_outputs:
-            for i, item in zip(index.tolist(), items):
+        for index, outputs in self._eval_outputs:
+            for i, item in zip(index.tolist(), outputs):
                 ordered[i] = item
         self._eval_outputs = []
         return ordered

@@ -252,7 +252,7 @@ def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
     that cannot work from here steps down with one line (online to offline, offline to disabled), never
     stopping training."""
     loggers, info = [], {}
-    for name, c in cfg.logger.items():
+    for c in cfg.logger.values():
         if c._target_ != "pytorch_lightning.loggers.WandbLogger":
             loggers.append(hydra.utils.instantiate(c))
             continue
