@@ -123,9 +123,10 @@ class MultiHeadAttention(HeadGating, nn.Module):
         if heads < 1:
             raise ValueError(f"heads must be >= 1, got {heads}")
         if (d_k is None or d_v is None) and d_model % heads:
+            guess = max(1, resolve_heads(d_model, heads).d_k)
             raise ValueError(
                 f"heads={heads} does not divide d_model={d_model}: set d_k and d_v explicitly "
-                f"(e.g. model.d_k={max(1, d_model // heads)} model.d_v={max(1, d_model // heads)})"
+                f"(e.g. model.d_k={guess} model.d_v={guess})"
             )
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -288,7 +289,7 @@ def check_head_sharing(heads: int, kv_heads: int | None, fixed: int) -> None:
         )
     if fixed > heads:
         raise ValueError(f"{fixed} fixed heads but heads={heads}: at most {heads}")
-    if fixed and kv_heads not in (None, heads):
+    if fixed and resolve_heads(None, heads, kv_heads=kv_heads).kv_heads != heads:
         raise ValueError(
             f"fixed heads with kv_heads={kv_heads} < heads={heads}: a fixed head keeps its own value "
             "head, so use fixed heads or shared key/value heads, not both"
