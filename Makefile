@@ -43,7 +43,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -68,6 +68,11 @@ train: setup  ## Train the default model on Multi30k de->en (18-23 min on 2 CPU 
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
 	$(PY) -m headsweep.train experiment=smoke $(ARGS)
+
+LINT_PATHS := src tests scripts
+lint: setup  ## ruff: lint and format check (configured in pyproject.toml; `.venv/bin/ruff format` fixes the format)
+	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/ruff format --check $(LINT_PATHS)
 
 test: setup  ## The fast tests (what CI runs; under ~10 min on 2 cores)
 	$(PY) -m pytest -q
@@ -123,10 +128,10 @@ prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's:
 		$(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
 wheels:  ## On a machine with internet: every dependency but torch as wheels for a GPU node [WHEELS=wheels PYTHON_VERSION=3.12]
-	python3 src/headsweep/wheels.py download --wheels $(WHEELS) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(DEV),--dev)
+	python3 scripts/wheels.py download --wheels $(WHEELS) $(if $(PYTHON_VERSION),--python-version $(PYTHON_VERSION)) $(if $(DEV),--dev)
 
 install-offline:  ## On a node with its own CUDA torch, offline: headsweep from WHEELS, torch untouched [GPU_PY=python3 DEV=1]
-	$(GPU_PY) src/headsweep/wheels.py install --wheels $(WHEELS) $(if $(DEV),--dev)
+	$(GPU_PY) scripts/wheels.py install --wheels $(WHEELS) $(if $(DEV),--dev)
 
 gpu-check:  ## On a fresh GPU machine (<10 min, H100): gpu tests, GPU bench, row A x 3 seeds as table3_a_<card>, its report
 	GPU_PY=$(GPU_PY) $(if $(JOBS),JOBS=$(JOBS)) bash scripts/gpu_check.sh

@@ -88,7 +88,7 @@ def test_pruning_order_follows_importance():
         "cross": torch.tensor([[0.05, 0.7]]),
     }
     order = pruning_order(scores)
-    values = [float(scores[k][l, h]) for k, l, h in order]
+    values = [float(scores[k][layer, h]) for k, layer, h in order]
     assert values == sorted(values) and order[0] == ("cross", 0, 0) and order[-1] == ("enc_self", 1, 0)
     assert pruning_order(scores, ["enc_self"]) == [
         ("enc_self", 0, 1),
@@ -327,7 +327,7 @@ def test_one_source_for_the_analysis_settings():
     conf/analysis/default.yaml; a bad one is one line before anything is read."""
     from omegaconf import OmegaConf
 
-    from headsweep.analysis.importance import AnalysisError
+    from headsweep.analysis.settings import AnalysisError
     from headsweep.config import compose
 
     from_hydra = AnalysisSettings(**OmegaConf.to_container(compose(["analysis=default"]).analysis, resolve=True))

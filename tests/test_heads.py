@@ -240,7 +240,7 @@ def test_kv_cache_bytes_match_the_closed_form(kw, dtype):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
         memory, src_pad = model.encode(src)
         cache = model.new_cache()
-        for t in range(steps):
+        for _ in range(steps):
             model.decode(torch.full((4, 1), BOS), memory, src_pad, cache)
     measured_self = sum(c.self_attn.k.nbytes + c.self_attn.v.nbytes for c in cache) / (4 * steps)
     measured_cross = sum(c.cross_attn.k.nbytes + c.cross_attn.v.nbytes for c in cache) / src.numel()

@@ -62,7 +62,8 @@ def fake_checkpoint(path: Path, **model) -> Path:
         (
             {"fixed_heads": {"enc_self": 7}},
             [],
-            "model.fixed_heads: enc_self 7 (cur prev next left3 right3 first last) and this run builds model.fixed_heads: none",
+            "model.fixed_heads: enc_self 7 (cur prev next left3 right3 first last) "
+            "and this run builds model.fixed_heads: none",
         ),
         (
             {"fixed_heads": {"enc_self": 2}},

@@ -35,9 +35,10 @@ def test_each_bucket_is_corpus_bleu_of_its_sentences_with_the_seeds_pooled():
     out = LEN.by_length(LEN.sentence_stats(base, refs), LEN.sentence_stats(cell, refs), n, n_samples=50)
     for (lo, hi), bucket in zip(LEN.BUCKETS, out["buckets"]):
         idx = [i for i, k in enumerate(n) if k >= lo and (hi is None or k <= hi)]
-        pooled = lambda hyps: (
-            corpus_bleu([h[i] for h in hyps for i in idx], [[refs[i] for _ in hyps for i in idx]]).score
-        )  # noqa: E731
+
+        def pooled(hyps, idx=idx):
+            return corpus_bleu([h[i] for h in hyps for i in idx], [[refs[i] for _ in hyps for i in idx]]).score
+
         assert bucket["n"] == len(idx)
         assert bucket["delta"] == pytest.approx(pooled(cell) - pooled(base), abs=1e-9)
 

@@ -1,4 +1,4 @@
-"""Per-matrix learning rates (issue 54, headsweep.training.lr_scaling): the rule against mup's MuAdam where mup
+"""Per-matrix learning rates (issue 54, headsweep.model.lr_scaling): the rule against mup's MuAdam where mup
 handles the case, where it departs (W^O), the factors on the Transformer, the optimizer's groups, the store
 identity (factors all 1 = lr_scaling none), and the bad inputs' one line each."""
 
@@ -12,9 +12,9 @@ from torch import nn
 
 from headsweep.config import compose
 from headsweep.model import Transformer, TransformerConfig
+from headsweep.model.lr_scaling import check_scaling, is_identity, lr_factors, param_groups
 from headsweep.store import flat_key, flatten_config
 from headsweep.training.checks import ConfigError, check_config
-from headsweep.training.lr_scaling import check_scaling, is_identity, lr_factors, param_groups
 
 mup = pytest.importorskip("mup")  # the reference (mup 1.0.0, Microsoft): pip install mup, or .[dev]
 

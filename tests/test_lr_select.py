@@ -216,11 +216,11 @@ def test_dry_lists_both_phases_and_runs_nothing(tmp_path, capsys, no_launch):
     assert S.main(args) == 0
     out = capsys.readouterr().out
     lines = [line.split() for line in out.splitlines() if line.startswith("  ")]
-    assert [l[:2] for l in lines if l[0] == "done"] == [
+    assert [line[:2] for line in lines if line[0] == "done"] == [
         ["done", f"{c}-lr{v}-s1"] for c in CELLS for v in ("0.0005", "0.001", "0.002")
     ]
-    assert [l[:2] for l in lines if l[0] == "shared"] == [["shared", f"{c}-s1"] for c in CELLS]
-    assert [l[2] for l in lines if l[:2] == ["to", "run"]] == [f"{c}-s2" for c in CELLS]
+    assert [line[:2] for line in lines if line[0] == "shared"] == [["shared", f"{c}-s1"] for c in CELLS]
+    assert [line[2] for line in lines if line[:2] == ["to", "run"]] == [f"{c}-s2" for c in CELLS]
     assert f"{CELLS[0]}: chosen module.peak_lr=0.001 (val/loss 0.0005: 2.4000, 0.001: 2.3100, 0.002: 2.3500" in out
     assert not (tmp_path / "mr").exists() and not (tmp_path / "results" / "table3_e" / f"{CELLS[0]}-s1").exists()
 
@@ -360,7 +360,8 @@ def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
         and "0.004 (val loss 3.100)" in lines[1]
     )
     assert edge_lines({"b": 2e-3}, grid, {"b": {4e-3: 3.1}}, {"b": 2.2})[0] == (
-        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), or at its edge with a worse run past it (below)."
+        "- Every cell's chosen rate lies inside the grid (0.0005 to 0.002), "
+        "or at its edge with a worse run past it (below)."
     )
 
 

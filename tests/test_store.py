@@ -14,7 +14,7 @@ from conftest import write_results
 from headsweep import store
 from headsweep.config import compose
 from headsweep.reports.cells import load_runs
-from headsweep.store_migrate import MigrationError, migrate
+from headsweep.store.migrate import MigrationError, migrate
 from headsweep.training.runs import export_run
 
 

@@ -369,8 +369,8 @@ def test_unknown_sweep_lists_the_available_ones(capsys):
         err.count("\n") == 1
         and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, "
         "heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, "
-        "heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_fixed_dk_mup, heads_identical, heads_specialise, heads_wo_mirror, "
-        "heads_wo_mirror_mup, kv_heads,"
+        "heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_fixed_dk_mup, heads_identical, heads_specialise, "
+        "heads_wo_mirror, heads_wo_mirror_mup, kv_heads,"
         in err
     )
 

@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from headsweep.config import compose
+from headsweep.model.lr_scaling import base_fan_ins
 from headsweep.store import flatten_config
 from headsweep.sweeps import planning as P
 from headsweep.sweeps import sweep as S
@@ -24,7 +25,6 @@ from headsweep.sweeps.init_check import (
     update_settings,
 )
 from headsweep.sweeps.specs import SweepError
-from headsweep.training.lr_scaling import base_fan_ins
 
 BASE = ["model.heads=8", "model.d_k=32", "model.d_v=32"]
 H32 = ["model.heads=32", "model.d_k=32", "model.d_v=32"]

@@ -1,15 +1,21 @@
-"""The offline install over a node's own torch (src/headsweep/wheels.py), on the CPU: what the resolver takes
+"""The offline install over a node's own torch (scripts/wheels.py), on the CPU: what the resolver takes
 from a wheel folder against a fake preinstalled torch, and the one-line refusals (a folder that lacks a
 dependency, a torch that is missing or too old), checked against real wheels built here."""
 
+import importlib.util
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from headsweep import wheels as W
+# scripts/wheels.py runs before headsweep is installed, so it is no module of the package: load it by path
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "wheels.py"
+_spec = importlib.util.spec_from_file_location("headsweep_wheels_script", _SCRIPT)
+W = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(W)
 
 
 def fake_wheel(folder, name, version, requires=(), tag="py3-none-any"):
@@ -108,7 +114,7 @@ def test_install_on_a_node_checks_the_folder_before_pip_runs(folder, monkeypatch
 
 def test_no_folder_at_all_is_one_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, str(W.ROOT / "src/headsweep/wheels.py"), "install", "--wheels", str(tmp_path / "nowhere")],
+        [sys.executable, str(_SCRIPT), "install", "--wheels", str(tmp_path / "nowhere")],
         capture_output=True,
         text=True,
     )

@@ -19,6 +19,8 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[2]  # the repository (the package is installed editable)
 CONF_DIR = ROOT / "conf"
 SWEEPS_DIR = ROOT / "sweeps"
+# Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/, read by the report.
+DECODE_SPEED = "decode_speed.json"
 
 
 def cpu_has_bf16() -> bool:

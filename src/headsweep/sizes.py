@@ -1,24 +1,46 @@
-"""The sizes runs are compared by, resolved from a run's config: d_k and d_v per head (null in a config
-means d_model / h), key/value heads where the model has them, parameters by part, and the attention FLOPs
-per token. Arithmetic on plain dicts: the config a run logs to W&B and the report both use it."""
+"""The sizes runs are compared by, resolved from a run's config: d_k and d_v per head, key/value heads where
+the model has them (their nulls resolved by headsweep.model.resolve_heads, the one place), parameters by part,
+the attention FLOPs per token, and the run name built from them. Arithmetic on plain dicts: the config a run
+logs to W&B and the report both use it."""
 
 from __future__ import annotations
 
 import copy
 
-from headsweep.model import head_sizes
+from headsweep.model import HeadSizes, resolve_heads
 
 # Tokens of context the attention FLOPs are counted at: about twice a Multi30k sentence, whose length
 # the run does not record. The FLOPs that depend on it are also logged per context token.
 FLOPS_CONTEXT = 32
 
 
+def model_sizes(model) -> HeadSizes:
+    """d_k, d_v and kv_heads of a model config (a dict or DictConfig with d_model and heads) as the model uses them."""
+    return resolve_heads(model["d_model"], model["heads"], model.get("d_k"), model.get("d_v"), model.get("kv_heads"))
+
+
+def shares_kv(model) -> bool:
+    """Whether a model config's query heads share key/value heads (kv_heads resolved below h)."""
+    return resolve_heads(None, model["heads"], kv_heads=model.get("kv_heads")).kv_heads != model["heads"]
+
+
+def model_of(flat: dict) -> dict:
+    """The model config of a flattened one (model.heads -> heads, ...)."""
+    return {k.removeprefix("model."): v for k, v in flat.items() if k.startswith("model.")}
+
+
+def run_name(heads: int, d_k: int, d_v: int, parts=(), seed=None) -> str:
+    """h8-dk32-dv32[-<part>...][-s<seed>]: a cell's label, and with its seed a run's name. The one builder of
+    both: a training's default run name (training.checks) and a sweep's cell labels (sweeps.specs)."""
+    return "-".join([f"h{heads}-dk{d_k}-dv{d_v}", *parts, *([f"s{seed}"] if seed is not None else [])])
+
+
 def resolved_sizes(model: dict) -> dict:
     """d_k, d_v (and kv_heads, when the model config has the key) as the model uses them."""
-    d_k, d_v = head_sizes(model["d_model"], model["heads"], model.get("d_k"), model.get("d_v"))
-    sizes = {"d_k": d_k, "d_v": d_v}
-    if "kv_heads" in model:  # grouped-query attention: null means one key/value head per query head
-        sizes["kv_heads"] = model["kv_heads"] or model["heads"]
+    resolved = model_sizes(model)
+    sizes = {"d_k": resolved.d_k, "d_v": resolved.d_v}
+    if "kv_heads" in model:  # grouped-query attention
+        sizes["kv_heads"] = resolved.kv_heads
     return sizes
 
 

@@ -21,8 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from headsweep.analysis.analyze import analyze, summary
-from headsweep.analysis.importance import AnalysisError
-from headsweep.analysis.settings import AnalysisSettings
+from headsweep.analysis.settings import AnalysisError, AnalysisSettings
 from headsweep.config import compose, register_resolvers
 from headsweep.data import DataError
 from headsweep.store import experiment_key, train_once

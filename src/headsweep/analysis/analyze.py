@@ -44,12 +44,11 @@ from pathlib import Path
 import torch
 
 from headsweep.analysis.fixed import pattern_of
-from headsweep.analysis.importance import AnalysisError
 from headsweep.analysis.maps import resolve_sentences
 from headsweep.analysis.markdown import markdown, summary
 from headsweep.analysis.measures import FILES, analysis_record, attention_maps, measure, write_plots
 from headsweep.analysis.roles import METRICS
-from headsweep.analysis.settings import AnalysisSettings
+from headsweep.analysis.settings import AnalysisError, AnalysisSettings
 from headsweep.data import DataError
 from headsweep.model import ATTENTION_KINDS
 from headsweep.training.runs import RunError, load_run
@@ -94,10 +93,10 @@ def wandb_tables(a: dict) -> dict[str, tuple[list[str], list[list]]]:
         "importance_table": (
             ["kind", "layer", "head", "fixed", "importance_raw", "importance_normalised"],
             [
-                [k, l, h, fixed(k, h), imp["raw"][k][l][h], imp["normalised"][k][l][h]]
+                [k, layer, h, fixed(k, h), imp["raw"][k][layer][h], imp["normalised"][k][layer][h]]
                 for k in ATTENTION_KINDS
-                for l in range(len(imp["raw"][k]))
-                for h in range(len(imp["raw"][k][l]))
+                for layer in range(len(imp["raw"][k]))
+                for h in range(len(imp["raw"][k][layer]))
             ],
         )
     }

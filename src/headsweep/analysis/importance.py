@@ -32,10 +32,6 @@ KIND_NAMES = {
 }
 
 
-class AnalysisError(ValueError):
-    """A bad argument for the analysis; the message says what to pass instead."""
-
-
 def all_heads(net: Transformer, kinds: Iterable[str] = ATTENTION_KINDS) -> list[Head]:
     return [
         (kind, layer, h) for kind in kinds for layer, m in enumerate(net.attention_layers(kind)) for h in range(m.heads)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from headsweep.analysis.importance import AnalysisError
+from headsweep.analysis.settings import AnalysisError
 from headsweep.model import ATTENTION_KINDS, attention_switches
 from headsweep.training.translate import decode_tokens
 

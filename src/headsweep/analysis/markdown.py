@@ -85,7 +85,7 @@ def _kind_tables(n_heads: int, cells_of, fixed: dict | None = None) -> list[str]
         lines += [
             f"**{KIND_NAMES[kind]}**",
             "",
-            *_table(header, [[l, *cells] for l, cells in enumerate(cells_of(kind))]),
+            *_table(header, [[layer, *cells] for layer, cells in enumerate(cells_of(kind))]),
         ]
     return lines
 
@@ -101,7 +101,8 @@ def _ablation_md(a: dict) -> list[str]:
         "## Removing one head (Michel et al., Table 1)",
         "",
         "Change of the teacher-forced loss (nats per target token, over every sentence of the split) when only "
-        f"that head is removed, ± its standard error over sentences (paired); full model {_f(full.get('split_loss'), '{:.3f}')}. "
+        "that head is removed, ± its standard error over sentences (paired); "
+        f"full model {_f(full.get('split_loss'), '{:.3f}')}. "
         "Loss, not BLEU: one head moves BLEU on a few hundred decoded sentences by less than its noise.",
         "",
         f"![ablation]({a['files']['ablation']})",
@@ -111,10 +112,10 @@ def _ablation_md(a: dict) -> list[str]:
         n_heads,
         lambda kind: [
             [
-                f"{single[(kind, l, h)]['delta_loss']:+.3f} ± {single[(kind, l, h)]['delta_loss_se']:.3f}"
+                f"{single[(kind, layer, h)]['delta_loss']:+.3f} ± {single[(kind, layer, h)]['delta_loss_se']:.3f}"
                 for h in range(n_heads)
             ]
-            for l in range(n_layers)
+            for layer in range(n_layers)
         ],
         a.get("fixed_heads"),
     )

@@ -233,8 +233,8 @@ def write_plots(out: Path, found: dict, tolerance: float) -> None:
     plot_layer_head_maps(
         {
             kind: [
-                [single_by_head[(kind, l, h)]["delta_loss"] for h in range(norm[kind].size(1))]
-                for l in range(norm[kind].size(0))
+                [single_by_head[(kind, layer, h)]["delta_loss"] for h in range(norm[kind].size(1))]
+                for layer in range(norm[kind].size(0))
             ]
             for kind in ATTENTION_KINDS
         },

@@ -36,16 +36,18 @@ def plot_layer_head_maps(
         ax.set_title(KIND_NAMES[kind], fontsize=9)
         patterns = [pattern_of(fixed, kind, h) for h in range(n_heads)]
         ax.set_xticks(range(n_heads), [f"{h}\n{p}" if p else str(h) for h, p in enumerate(patterns)], fontsize=7)
-        ax.set_yticks(range(n_layers), [str(l) for l in range(n_layers)], fontsize=7)
+        ax.set_yticks(range(n_layers), [str(layer) for layer in range(n_layers)], fontsize=7)
         ax.set_xlabel("head (hatched: fixed pattern)" if any(patterns) else "head", fontsize=8)
         for h in (h for h, p in enumerate(patterns) if p):  # a fixed head's column, every layer: not learned
             ax.add_patch(plt.Rectangle((h - 0.5, -0.5), 1, n_layers, fill=False, hatch="//", edgecolor="grey", lw=0))
         ax.set_ylabel("layer", fontsize=8)
         if n_heads <= 16:
-            for (l, h), v in zip(((l, h) for l in range(n_layers) for h in range(n_heads)), data.flatten().tolist()):
+            for (layer, h), v in zip(
+                ((layer, h) for layer in range(n_layers) for h in range(n_heads)), data.flatten().tolist()
+            ):
                 ax.text(
                     h,
-                    l,
+                    layer,
                     fmt.format(v),
                     ha="center",
                     va="center",
@@ -132,13 +134,13 @@ def plot_attention(
     n_layers, n_heads = len(weights), weights[0].size(0)
     cell = max(1.6, 0.13 * max(len(q_tokens), len(k_tokens)) + 0.7)
     fig, axes = plt.subplots(n_layers, n_heads, figsize=(n_heads * cell + 1, n_layers * cell + 1.2), squeeze=False)
-    for l in range(n_layers):
+    for layer in range(n_layers):
         for h in range(n_heads):
-            ax = axes[l][h]
-            ax.imshow(weights[l][h].float(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            ax = axes[layer][h]
+            ax.imshow(weights[layer][h].float(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
             pattern = (patterns or {}).get(str(h))
-            ax.set_title(f"layer {l} head {h}" + (f" ({pattern}, fixed)" if pattern else ""), fontsize=7)
-            ax.set_xticks(range(len(k_tokens)), k_tokens if l == n_layers - 1 else [], rotation=90, fontsize=5)
+            ax.set_title(f"layer {layer} head {h}" + (f" ({pattern}, fixed)" if pattern else ""), fontsize=7)
+            ax.set_xticks(range(len(k_tokens)), k_tokens if layer == n_layers - 1 else [], rotation=90, fontsize=5)
             ax.set_yticks(range(len(q_tokens)), q_tokens if h == 0 else [], fontsize=5)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -29,7 +29,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headsweep.analysis.ablation import DECODING, Evaluator
-from headsweep.analysis.importance import AnalysisError, head_importance, normalise_per_layer, pruning_order
+from headsweep.analysis.importance import head_importance, normalise_per_layer, pruning_order
+from headsweep.analysis.settings import AnalysisError
 from headsweep.data import DataError, make_batches
 from headsweep.model import ATTENTION_KINDS
 from headsweep.reporting.markdown import table
@@ -104,7 +105,7 @@ def overlap_with_top(norm: dict, kept: dict[str, list[tuple[int, int]]]) -> dict
     out = {}
     for kind in ATTENTION_KINDS:
         k = len(kept[kind])
-        top = {(l, h) for _, l, h in pruning_order(norm, [kind])[::-1][:k]}
+        top = {(layer, h) for _, layer, h in pruning_order(norm, [kind])[::-1][:k]}
         out[kind] = len(top & set(kept[kind])) / k if k else None
     return out
 
@@ -162,7 +163,12 @@ def prune(
                 "michel": michel(removed),
                 "kept": {k: [list(x) for x in v] for k, v in kept.items()},
                 "michel_kept": {
-                    k: [[l, h] for l in range(norm[k].size(0)) for h in range(norm[k].size(1)) if (k, l, h) not in gone]
+                    k: [
+                        [layer, h]
+                        for layer in range(norm[k].size(0))
+                        for h in range(norm[k].size(1))
+                        if (k, layer, h) not in gone
+                    ]
                     for k in ATTENTION_KINDS
                 },
                 "kept_among_most_important": overlap_with_top(norm, kept),
@@ -257,7 +263,8 @@ def markdown(record: dict) -> str:
     lines += ["", "Kept heads (layer.head) of the concrete-gate models:", ""]
     for r in record["rows"]:
         kept = "; ".join(
-            f"{kind}: " + (" ".join(f"{l}.{h}" for l, h in r["kept"][kind]) or "none") for kind in ATTENTION_KINDS
+            f"{kind}: " + (" ".join(f"{layer}.{h}" for layer, h in r["kept"][kind]) or "none")
+            for kind in ATTENTION_KINDS
         )
         lines.append(f"- lambda {r['lambda']:g}: {kept}")
     return "\n".join(lines) + "\n"

@@ -156,7 +156,7 @@ def layer_roles(rows: list[dict]) -> list[dict]:
         heads = [r for r in rows if r["kind"] == kind and r["layer"] == layer]
         n = len(heads)
 
-        def mean(metric):
+        def mean(metric, heads=heads):
             values = [r[metric] for r in heads if r[metric] is not None]
             return sum(values) / len(values) if values else None
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from headsweep.analysis.importance import AnalysisError
 from headsweep.config import option
 from headsweep.schema import integer, items, number, text
+
+
+class AnalysisError(ValueError):
+    """A bad argument for the analysis; the message says what to pass instead."""
+
 
 # What each setting of conf/analysis/ may hold, checked with the rest of the config before anything is read
 # (training.schema); AnalysisSettings checks its own for `make analyze`'s command line.

@@ -15,7 +15,8 @@ def bench_attention(reps: int = 10, bf16: bool = True) -> None:
     """Forward + backward of one self-attention layer at d_model 256, batch of 3,200 tokens."""
     B, T, d = 128, 25, 256
     print(
-        f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} (ms; ratio = torch / ours, >1 = ours faster)"
+        f"\n## Attention layer: forward + backward, B={B}, T={T}, d_model={d} "
+        "(ms; ratio = torch / ours, >1 = ours faster)"
     )
     print(f"{'dtype':<6}{'h':>4}{'ours':>9}{'ours sdpa':>11}{'torch MHA':>11}{'ratio':>8}")
     for use_bf16 in (False, True) if bf16 else (False,):
@@ -26,14 +27,14 @@ def bench_attention(reps: int = 10, bf16: bool = True) -> None:
             ours, sdpa = MultiHeadAttention(d, h, kernel="math"), MultiHeadAttention(d, h, kernel="sdpa")
             ref = nn.MultiheadAttention(d, h, batch_first=True)
 
-            def run_ours(m=ours):
+            def run_ours(m=ours, x=x, pad=pad):
                 m(x, key_padding_mask=pad)[0].sum().backward()
 
-            def run_sdpa(m=sdpa):
+            def run_sdpa(m=sdpa, x=x, pad=pad):
                 m(x, key_padding_mask=pad)[0].sum().backward()
 
-            def run_ref():
-                ref(x, x, x, key_padding_mask=pad, need_weights=False)[0].sum().backward()
+            def run_ref(m=ref, x=x, pad=pad):
+                m(x, x, x, key_padding_mask=pad, need_weights=False)[0].sum().backward()
 
             times = [_time(f, reps, use_bf16) for f in (run_ours, run_sdpa, run_ref)]
             print(

@@ -11,7 +11,8 @@ the length limit, source length + max_len_extra, which times the cost per step a
 test sentences (all of the test split unless --sentences) are decoded by each cell in turn, in the
 sweep's training precision unless --precision; --repeats N interleaves N rounds and keeps each cell's best.
 
-Writes results/<sweep>/decode_speed.json (the report's table shows it: experiments.report_table.decode_speed_columns) and prints a table.
+Writes results/<sweep>/decode_speed.json (the report's table shows it:
+headsweep.reports.report_table.decode_speed_columns) and prints a table.
 The KV-cache bytes per token are the closed form (headsweep.model.kv_cache_bytes), checked against the
 cache tensors of a real decoding step of each model.
 """
@@ -29,12 +30,12 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from headsweep.bench.decoding import random_module
+from headsweep.bench.models import random_module
+from headsweep.config import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
 from headsweep.machine import cpu_name
 from headsweep.model import count_parameters, decoding, kv_cache_bytes
-from headsweep.reports.report_table import DECODE_SPEED as OUTPUT  # what the report reads
 from headsweep.sweeps.specs import SweepError
 from headsweep.sweeps.sweep import plan
 from headsweep.training.runs import RunError, load_module, read_results
@@ -159,7 +160,7 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
     return {
         "cell": c["cell"],
         "base": c["base"],
-        "kv_heads": net.cfg.kv_heads or net.cfg.heads,
+        "kv_heads": net.cfg.sizes.kv_heads,
         "fixed_heads": net.cfg.fixed_heads,
         "d_ff": net.cfg.d_ff,
         "params": count_parameters(net)["total"],
@@ -173,7 +174,8 @@ def _row(c: dict, n: int, dtype, sample: torch.Tensor) -> dict:
 
 def format_record(record: dict) -> str:
     lines = [
-        f"{record['sweep']}: CPU {record.get('cpu', '?')}; beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
+        f"{record['sweep']}: CPU {record.get('cpu', '?')}; "
+        f"beam {record['beam']} on {record['sentences']} {record['split']} sentences, "
         f"{record['precision']}, {record['threads']} threads; weights {record['weights']}",
         f"{'cell':<34}{'KV B/target tok':>16}{'x base':>8}{'B/source tok':>13}{'sent/s':>9}{'x base':>8}"
         f"{'out tokens':>12}{'params':>11}",

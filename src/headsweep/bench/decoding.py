@@ -19,10 +19,10 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
+from headsweep.bench.models import random_module
 from headsweep.config import compose
 from headsweep.data import DataError, make_batches
 from headsweep.model import decoding
-from headsweep.training.module import TranslationModule
 from headsweep.training.runs import RunError, load_run
 
 
@@ -91,20 +91,6 @@ def format_rows(rows: list[dict]) -> str:
             f"{r['output_tokens']:>12}{r['seconds']:>9.1f}  {'yes' if r['same_as_naive'] else 'NO'}"
         )
     return "\n".join(lines)
-
-
-def random_module(model: dict, datamodule, module_cfg) -> TranslationModule:
-    """A TranslationModule of this model config with random weights, sized by the data module's vocabulary."""
-    return TranslationModule(
-        model=model,
-        vocab_size=datamodule.vocab_size_actual,
-        tokenizer_json=datamodule.tokenizer_json,
-        pad_id=datamodule.pad_id,
-        bos_id=datamodule.bos_id,
-        eos_id=datamodule.eos_id,
-        max_len_extra=module_cfg.max_len_extra,
-        length_penalty=module_cfg.length_penalty,
-    ).eval()
 
 
 def _random_default_model():

@@ -186,7 +186,8 @@ class TranslationDataModule(pl.LightningDataModule):
             fix = (
                 "use data.source=local data.dir=PATH for local files"
                 if self.source == "hub"
-                else f"or put the files in {Path(self.dir).absolute()} (or point data.dir=PATH or {DATA_ENV}=PATH at them)"
+                else f"or put the files in {Path(self.dir).absolute()} "
+                f"(or point data.dir=PATH or {DATA_ENV}=PATH at them)"
             )
             raise DataError(f"{e}; {fix}") from None
 

@@ -1,7 +1,15 @@
 """The model, in plain PyTorch (nothing of Hydra, Lightning, W&B or the rest of headsweep):
 attention -> transformer, plus the fused output loss and greedy/beam decoding."""
 
-from headsweep.model.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl, head_sizes
+from headsweep.model.attention import (
+    HeadSizes,
+    KVCache,
+    MultiHeadAttention,
+    attention_param_count,
+    convert_impl,
+    head_sizes,
+    resolve_heads,
+)
 from headsweep.model.transformer import (
     ATTENTION_KINDS,
     LayerCache,
@@ -15,6 +23,7 @@ from headsweep.model.transformer import (
 
 __all__ = [
     "ATTENTION_KINDS",
+    "HeadSizes",
     "KVCache",
     "LayerCache",
     "MultiHeadAttention",
@@ -27,4 +36,5 @@ __all__ = [
     "head_sizes",
     "kv_cache_bytes",
     "reorder_cache",
+    "resolve_heads",
 ]

@@ -1,4 +1,5 @@
-"""Hard-concrete head gates (Louizos et al. 2018), as Voita et al. 2019 use them to prune heads while training.
+"""Head gating: what multiplies each head's output before W^O (HeadGating), and the hard-concrete gates
+(Louizos et al. 2018) that Voita et al. 2019 use to prune heads while training (HardConcreteGate).
 
 Each head i has a learnable log alpha_i. While training, its gate is a sample
 
@@ -16,6 +17,50 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+
+class HeadGating:
+    """xi_i head_i for the h heads of an attention layer, xi = gate * z * head dropout:
+
+    gate: the head gates of Michel et al. 2019 (None: all ones), given per call or set as `self.gate` by the
+    analysis: xi_i = 0 removes head i, and dL/dxi_i is head i's importance;
+    z: the learned hard-concrete gate `self.concrete` (concrete_gates; None when off);
+    head dropout: whole heads dropped per sentence while training, rescaled to keep the expected output.
+    With `self.record_weights` the layer also keeps its attention weights in `self.last_weights` (analysis).
+
+    Mixed into MultiHeadAttention rather than a submodule of it, so that these stay the layer's own
+    attributes: state_dict keys (concrete.log_alpha) and the analysis code's m.gate, m.last_weights unchanged.
+    """
+
+    def init_gating(self, heads: int, head_dropout: float, concrete_gates: bool) -> None:
+        if not 0.0 <= head_dropout < 1.0:
+            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        self.head_dropout = head_dropout
+        self.concrete = HardConcreteGate(heads) if concrete_gates else None  # z: learned, L0-penalised
+        # Analysis hooks, not training state: a default gate xi used when forward() gets none, and
+        # a switch that makes forward() keep its attention weights in `last_weights`.
+        self.gate: Tensor | None = None
+        self.record_weights = False
+        self.last_weights: Tensor | None = None
+
+    def gate_heads(self, heads: Tensor, weights: Tensor | None, gate: Tensor | None = None) -> Tensor:
+        """heads (B, h, Tq, d_v) -> xi_i head_i, same shape; records `weights` (B, h, Tq, Tk) when asked to."""
+        if self.record_weights:
+            self.last_weights = weights.detach()
+        xi = self.head_gate(gate, heads.size(0), heads.device)  # (h,) or (B, h)
+        return heads if xi is None else heads * xi.view(-1, heads.size(1), 1, 1)
+
+    def head_gate(self, gate: Tensor | None, B: int, device) -> Tensor | None:
+        """xi for this call: the given gate (or self.gate), times z and head dropout where they are on."""
+        gate = self.gate if gate is None else gate
+        if self.concrete is not None:
+            z = self.concrete(B)  # (B, h) sampled in training, (h,) deterministic in eval
+            gate = z if gate is None else gate * z
+        if self.training and self.head_dropout > 0:
+            keep = 1.0 - self.head_dropout
+            drop = torch.empty(B, self.heads, device=device).bernoulli_(keep) / keep
+            gate = drop if gate is None else gate * drop
+        return gate
 
 
 class HardConcreteGate(nn.Module):

@@ -17,12 +17,13 @@ from headsweep.model.attention import (
     IMPLS,
     INITS,
     KERNELS,
+    HeadSizes,
     KVCache,
     MultiHeadAttention,
     check_head_sharing,
     check_init,
-    head_sizes,
     projection_heads,
+    resolve_heads,
 )
 from headsweep.model.head_init import INIT_HEADS, apply_init_heads, check_init_heads
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
@@ -153,6 +154,11 @@ class TransformerConfig:
                     "decoder may not see: reorder model.fixed_patterns so its first "
                     f"{n} use only cur, prev, leftN and first"
                 )
+
+    @property
+    def sizes(self) -> HeadSizes:
+        """d_k, d_v and kv_heads as the model uses them (null resolved: resolve_heads)."""
+        return resolve_heads(self.d_model, self.heads, self.d_k, self.d_v, self.kv_heads)
 
     def patterns(self) -> tuple[str, ...]:
         return tuple(DEFAULT_PATTERNS if self.fixed_patterns is None else self.fixed_patterns)
@@ -433,7 +439,7 @@ def kv_cache_bytes(cfg: TransformerConfig, bytes_per_value: int = 4) -> dict[str
     """Closed form of the decoding cache, summed over the decoder's layers: self-attention keeps
     (kv_heads - n) d_k + kv_heads d_v values per layer for every target token so far (n: its fixed heads,
     which need no keys), cross-attention the same for every source token; kv_heads = h without sharing."""
-    d_k, d_v = head_sizes(cfg.d_model, cfg.heads, cfg.d_k, cfg.d_v)
+    d_k, d_v, _ = cfg.sizes
     size = {}
     for kind in ("dec_self", "cross"):
         n = projection_heads(cfg.heads, cfg.kv_heads, len(cfg.fixed(kind)))

@@ -37,7 +37,8 @@ function sortKey(text){const m=text.trim().replace(/^(<=|≤)\\s*/,"").replace("
  return m?parseFloat(m[0]):null}
 document.querySelectorAll("table").forEach(t=>{const head=t.tHead;if(!head)return;
  [...head.rows[0].cells].forEach((th,i)=>th.addEventListener("click",()=>{
-  const dir=th.dataset.dir==="asc"?"desc":"asc";[...head.rows[0].cells].forEach(c=>delete c.dataset.dir);th.dataset.dir=dir;
+  const dir=th.dataset.dir==="asc"?"desc":"asc";
+  [...head.rows[0].cells].forEach(c=>delete c.dataset.dir);th.dataset.dir=dir;
   const rows=[...t.tBodies[0].rows],sign=dir==="asc"?1:-1;
   rows.sort((a,b)=>{const x=a.cells[i].textContent,y=b.cells[i].textContent,kx=sortKey(x),ky=sortKey(y);
    if(kx!==null&&ky!==null)return (kx-ky)*sign;if(kx!==null)return -1;if(ky!==null)return 1;

@@ -202,8 +202,8 @@ def report_section(run_dirs: dict[str, list[Path]], out_dir: Path, sweep: str, b
         "heads, averaged over layers (1 = all heads equally important); **importance CV**: a layer's sd / mean of "
         "importance, averaged over layers (0 = all equal). **Mean JS**: mean pairwise Jensen-Shannon "
         "divergence between heads' attention (lower = more redundant); **near-duplicate heads**: how many heads "
-        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind (learned heads only: copies "
-        "of a fixed pattern are twins by construction). Mean ± sd over "
+        f"are within {s.get('redundancy_threshold', 0.2):g} bits of another head of their kind "
+        "(learned heads only: copies of a fixed pattern are twins by construction). Mean ± sd over "
         f"seeds{against}; the test BLEU (beam) with its paired bootstrap is in the table above.",
         "",
         figure(

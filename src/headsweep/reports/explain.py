@@ -17,8 +17,8 @@ cannot tell apart from it.
 
 Only cells that differ from the default model in these sizes enter the fit, each at its width's default
 learning rate, all under one training protocol (model.init, module.decay_by: the one most runs share, or
---init's); a cell with another change (head dropout, fixed heads, another protocol, ...) is listed as left out. Reads only
-results/.
+--init's); a cell with another change (head dropout, fixed heads, another protocol, ...) is listed as left
+out. Reads only results/.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
 from headsweep.reports.cells import ReportError, load_runs
+from headsweep.sizes import model_of, shares_kv
 from headsweep.store import RUNS, flatten_config, model_key
 
 SIZES = ("model.heads", "model.d_k", "model.d_v", "model.d_model", "model.d_ff")
@@ -123,7 +124,7 @@ def collect(
             if isinstance(lr, (int, float)) and not math.isclose(lr, width_lr, rel_tol=1e-9):
                 left_out.append(f"{sweep}/{r.dir.name}: module.peak_lr = {lr:g} (the width's default {width_lr:g})")
                 continue
-            if f.get("model.kv_heads") not in (None, f["model.heads"]):  # shared K/V heads: another question
+            if shares_kv(model_of(f)):  # shared K/V heads: another question
                 left_out.append(f"{sweep}/{r.dir.name}: model.kv_heads = {f['model.kv_heads']} (not h)")
                 continue
             same = model_key(r.results["config"])  # a run shown in several sweeps (or analysed twice) counts once

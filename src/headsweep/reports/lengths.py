@@ -220,7 +220,8 @@ def markdown(sweeps: list[str], rows: list[dict], left_out: list[str]) -> str:
         "95% bootstrap intervals (sentences resampled, all seeds of one together). Every contrast of a sweep "
         "shares its base's numbers: read a narrow cell's contrast beside the wide-head cells' (d_k ≥ 32).",
         "",
-        f"| sweep | cell | d_k | sources longer than d_k | seeds | Δ {head[0]} | Δ {head[1]} | Δ {head[2]} | contrast k = 8 [95% CI] | p "
+        "| sweep | cell | d_k | sources longer than d_k | seeds "
+        f"| Δ {head[0]} | Δ {head[1]} | Δ {head[2]} | contrast k = 8 [95% CI] | p "
         "| contrast k = 16 [95% CI] | p |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]

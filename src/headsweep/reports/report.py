@@ -204,8 +204,9 @@ def early_references(cells: list[Cell]) -> dict[str, Cell]:
 
 def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
     """What the stuck-run threshold is chosen from: the early excess of every distinct run of every sweep
-    under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed, early val loss and
-    test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and test BLEU."""
+    under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed,
+    early val loss and test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and
+    test BLEU."""
     seen: dict[tuple, tuple[str, float, bool, float, float]] = {}
     used = set()
     for sweep in sweeps_in(root) if sweeps is None else sweeps:

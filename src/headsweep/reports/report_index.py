@@ -36,8 +36,8 @@ HEADERS = {
 NOTE = (
     "One row per experiment: runs of the same settings pooled over seeds, a run that several sweeps hold "
     "(a copy, or the same run folder) counted once; under its name, the cell in each sweep's report "
-    "that holds it (`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it is twice "
-    "the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
+    "that holds it (`base`: the cell every other is compared with there). steps: trainer.max_steps, `2×` where it "
+    "is twice the most common budget, `*` where a run stopped before it (trainer.max_time). BLEU: test BLEU (beam); "
     "PPL: test perplexity per subword (exp of the test NLL, teacher-forced, no label smoothing); mean ± sd "
     "over seeds. Δ BLEU and p-values are on each sweep's page, against its own base."
 )

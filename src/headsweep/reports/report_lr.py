@@ -87,7 +87,7 @@ def lr_section(
     for label in order:
         rates = by_cell[label]
         default = _default_rate(names.get(label))
-        bold = lambda v, text: f"**{text}**" if chosen.get(label) == v else text  # noqa: E731
+        bold = lambda v, text, label=label: f"**{text}**" if chosen.get(label) == v else text  # noqa: E731
         rows.append(
             [
                 display(names[label]) if label in names else label,

@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from headsweep.config import DECODE_SPEED  # bench.decode_speed writes it into results/<sweep>/
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
 from headsweep.reports.cells import Cell, learning_curve, val_loss_rises
@@ -118,7 +119,8 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
     ]
     if not c.base and r["delta"] is not None:
         lines.append(
-            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
+            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: "
+            f"Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
             f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
             f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else "")
         )
@@ -219,10 +221,6 @@ def machine_note(cells: list[Cell]) -> str:
         )
         + "."
     )
-
-
-# Written by `python -m headsweep.bench.decode_speed --sweep NAME` into results/<sweep>/.
-DECODE_SPEED = "decode_speed.json"
 
 
 def decode_speed_columns(sweep_dir: Path) -> dict[str, dict[str, str]]:

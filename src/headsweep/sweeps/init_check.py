@@ -28,9 +28,10 @@ import torch
 from headsweep.model import TransformerConfig
 from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
+from headsweep.sizes import model_of, shares_kv
+from headsweep.training.update_check import VOCAB, measure_update  # noqa: F401  (planning and tests import them here)
 
 TOLERANCE = 0.10  # `make sweep`'s line; the test of the shipped sweeps holds them to 5%
-VOCAB = 1024  # the vocabulary planning builds with: the gains and ratios do not depend on it (diagnostics.ID_RANGE)
 # A setting a cell varies, and the quantities it changes by design (prefixes of diagnostics.quantities' names).
 ON_PURPOSE = {
     "model.init_kv_gain": ("gain W^K", "gain W^V", "attn/residual"),  # the mirror cell scales K/V on purpose
@@ -95,7 +96,7 @@ def likely_cause(flat: dict, base: dict, found: list[tuple[str, float, float]]) 
     varied = [
         k
         for k in varied_keys(flat, base)  # kv_heads that follows h is no setting of its own
-        if not (k == "model.kv_heads" and all(f.get(k) == f.get("model.heads") for f in (flat, base)))
+        if not (k == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in (flat, base)))
     ]
     sizes = [SIZE_NAMES[k] for k in varied if k in SIZE_NAMES]
     moved = ", ".join(sizes or [k.removeprefix("model.") for k in varied]) or "nothing in the model config"
@@ -253,25 +254,6 @@ def update_settings(flat: dict) -> dict:
         "lr_scaling": scaling,
         "lr_base": base if None not in base.values() else None,
     }
-
-
-@functools.lru_cache(maxsize=256)
-def _updated(model_json: str, settings_json: str, seed: int) -> str:
-    from headsweep.training.update_check import update_check
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: threads only add overhead (and contention on a shared machine)
-    try:
-        cfg = TransformerConfig(**{**json.loads(model_json), "vocab_size": VOCAB})
-        return json.dumps(update_check(cfg, seed=seed, **json.loads(settings_json)))
-    finally:
-        torch.set_num_threads(threads)
-
-
-def measure_update(model: dict, settings: dict, seed: int = 1) -> dict:
-    """training.update_check of a model config (conf/model keys, plain values) at `settings` (update_settings),
-    vocabulary VOCAB (the synthetic batches use its first ids, as the init check's), cached."""
-    return json.loads(_updated(json.dumps(model, sort_keys=True), json.dumps(settings, sort_keys=True), seed))
 
 
 def update_differences(flat: dict, base: dict, check: dict, base_check: dict, margin: float):

@@ -71,7 +71,8 @@ def packed_jobs(asked: int | None, found: list[Card], footprint_gib: float, core
     core; `asked` (JOBS=N) is checked against the same limit. One line of SweepError when it cannot fit."""
     if not found:
         raise SweepError(
-            "trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) or run the sweep on a machine with a GPU"
+            "trainer=gpu but torch sees no CUDA GPU here: train on the CPU (trainer=cpu) "
+            "or run the sweep on a machine with a GPU"
         )
     per_card = min(int(c.free_gib * MEMORY_SHARE // footprint_gib) for c in found)
     fit = per_card * len(found)

@@ -73,7 +73,10 @@ def format_counts(counts: dict[str, int]) -> str:
 
 
 def format_table3(rows: list[dict], vocab_size: int) -> str:
-    head = f"{'row':<5}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}{'ours (M)':>10}{'paper (M)':>11}{'diff':>8}"
+    head = (
+        f"{'row':<5}{'N':>3}{'d_model':>8}{'d_ff':>6}{'h':>4}{'d_k':>5}{'d_v':>5}"
+        f"{'ours (M)':>10}{'paper (M)':>11}{'diff':>8}"
+    )
     lines = [f"Vaswani et al. 2017, Table 3: parameter counts (shared vocabulary of {vocab_size})", head]
     for r in rows:
         paper = "" if r["paper_M"] is None else f"{r['paper_M']:.0f}"

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.model.lr_scaling import base_fan_ins
 from headsweep.store import flatten_config
 from headsweep.sweeps.init_check import (
     bases,
@@ -47,7 +48,6 @@ from headsweep.sweeps.specs import (
 )
 from headsweep.sweeps.sweep_settings import SHARED, finished_values, resolved_values, shared_overrides
 from headsweep.training.checks import ConfigError, check_config
-from headsweep.training.lr_scaling import base_fan_ins
 
 # Hydra's own launcher plugins (hydra-joblib-launcher, hydra-submitit-launcher); configure them with
 # overrides, e.g. hydra.launcher.n_jobs=2 or hydra.launcher.partition=gpu hydra.launcher.gpus_per_node=1.
@@ -195,7 +195,8 @@ def sweep_device(name: str, results: Path | None, overrides: list[str]) -> tuple
         job = next(iter(finished.values()))
         raise SweepError(
             f"{results / name} holds CPU runs ({job}) and this machine has a GPU: a sweep never mixes "
-            f"devices; run the GPU sweep under its own name (NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
+            "devices; run the GPU sweep under its own name "
+            f"(NAME={name}_{device_slug(torch.cuda.get_device_name())}) or stay on the CPU "
             f"(ARGS=trainer=cpu)"
         )
     return True, ["trainer=gpu"]

@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from headsweep.config import SWEEPS_DIR
 from headsweep.model.transformer import FIXED_KINDS
+from headsweep.sizes import model_of, run_name, shares_kv
 from headsweep.sweeps.paper import ALIASES
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
@@ -286,7 +287,7 @@ LABEL_ALIASES = {
 def follows_heads(key: str, flats: list[dict]) -> bool:
     """kv_heads that equals h in every run is no setting of its own (no head shares its keys and values):
     no column or name part for it where h varies."""
-    return key == "model.kv_heads" and all(f.get(key) == f.get("model.heads") for f in flats)
+    return key == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in flats)
 
 
 def follows_width(key: str, flats: list[dict]) -> bool:
@@ -316,8 +317,7 @@ def cell_labels(flats: list[dict]) -> list[str]:
     ]
     varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
     return [
-        "-".join([f"h{f['model.heads']}-dk{f['model.d_k']}-dv{f['model.d_v']}"] + [label_part(k, f[k]) for k in varied])
-        for f in flats
+        run_name(f["model.heads"], f["model.d_k"], f["model.d_v"], [label_part(k, f[k]) for k in varied]) for f in flats
     ]
 
 

@@ -14,7 +14,8 @@ results/runs/<key>/ (headsweep.store: each experiment once), and shown as result
 symlink (--results): the folder `make report` reads and the repository keeps as reference results.
 
 The parts: planning.py (the jobs, checked before any starts), reuse.py (stored runs shown instead of trained
-again; one key per experiment: headsweep.store.experiment_key), launch.py (job files, the lock, resume, the multirun and its summary).
+again; one key per experiment: headsweep.store.experiment_key), launch.py (job files, the lock, resume, the
+multirun and its summary).
 
 Resume: a job with a complete results.json (and its analysis, where the sweep analyses) is skipped; a
 trained job whose analysis was cut short only analyses; an unfinished job with a checkpoint continues from

@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from headsweep.model import Transformer, TransformerConfig, head_sizes
+from headsweep.model import Transformer, TransformerConfig
 from headsweep.model.transformer import FIXED_KINDS
+from headsweep.sizes import model_sizes, run_name, shares_kv
 from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
 from headsweep.training.schema import SchemaError, check_ranges, check_types
@@ -26,10 +27,10 @@ MIN_TIME_S = 60
 
 def default_run_name(cfg: DictConfig) -> str:
     m = cfg.model
-    d_k, d_v = head_sizes(m.d_model, m.heads, m.d_k, m.d_v)
-    shared = f"-kv{m.kv_heads}" if m.get("kv_heads") not in (None, m.heads) else ""
-    fixed = "".join(f"-fixed_{kind.split('_')[0]}{n}" for kind, n in (m.get("fixed_heads") or {}).items() if n)
-    return f"h{m.heads}-dk{d_k}-dv{d_v}{shared}{fixed}-s{cfg.seed}"
+    d_k, d_v, kv = model_sizes(m)
+    shared = [f"kv{kv}"] if shares_kv(m) else []
+    fixed = [f"fixed_{kind.split('_')[0]}{n}" for kind, n in (m.get("fixed_heads") or {}).items() if n]
+    return run_name(m.heads, d_k, d_v, shared + fixed, cfg.seed)
 
 
 def default_cell(run_name: str, tags=()) -> str:
@@ -259,7 +260,7 @@ def heads_as_used(model: dict) -> dict[str, object]:
     c = TransformerConfig(**model)
     fixed = {kind: c.fixed(kind) for kind in FIXED_KINDS if c.fixed(kind)}
     return {
-        "model.kv_heads": c.kv_heads if c.kv_heads not in (None, c.heads) else "null (= heads)",
+        "model.kv_heads": c.kv_heads if c.sizes.kv_heads != c.heads else "null (= heads)",
         "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none",
     }
 

@@ -11,8 +11,8 @@ from torch import Tensor
 from headsweep.data import load_tokenizer
 from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.model.losses import linear_cross_entropy
+from headsweep.model.lr_scaling import SCALINGS, check_scaling, lr_factors, param_groups
 from headsweep.schema import choice, integer, items, mapping, nullable, number, share, text
-from headsweep.training.lr_scaling import SCALINGS, check_scaling, lr_factors, param_groups
 from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
 from headsweep.training.translate import corpus_scores, translate
 
@@ -37,7 +37,7 @@ MODULE_SETTINGS = {
     "gate_lr": number(0.0, 10.0, lo_open=True),
     "decay_by": choice(*DECAY_BY),
     "lr_scaling": choice(*SCALINGS, fix="e.g. module.lr_scaling=mup (each matrix's rate by base fan-in / fan-in)"),
-    # the base cell's fan-ins {w_o, ff_w2}; make sweep sets it per job (training.lr_scaling)
+    # the base cell's fan-ins {w_o, ff_w2}; make sweep sets it per job (model.lr_scaling)
     "lr_base": nullable(mapping()),
 }
 
@@ -98,7 +98,7 @@ class TranslationModule(pl.LightningModule):
     given here does not. peak_lr=None uses the paper's exact rate, d_model^-0.5 * warmup^-0.5 at the peak.
 
     lr_scaling="mup": per-matrix Adam rates, W^O's and the FFN's W_2's peak scaled by lr_base's fan-in over
-    theirs (headsweep.training.lr_scaling; the schedule multiplies every group alike).
+    theirs (headsweep.model.lr_scaling; the schedule multiplies every group alike).
 
     With model.concrete_gates the loss adds l0_lambda * the expected number of open head gates (Voita
     et al. 2019), the gates' log alpha learn at gate_lr (same schedule), and each layer's open-gate count
@@ -323,8 +323,8 @@ class TranslationModule(pl.LightningModule):
         """Eval outputs back in file order (batches are sorted by length)."""
         n = len(self.trainer.datamodule.texts(split)[0])
         ordered = [None] * n
-        for index, items in self._eval_outputs:
-            for i, item in zip(index.tolist(), items):
+        for index, outputs in self._eval_outputs:
+            for i, item in zip(index.tolist(), outputs):
                 ordered[i] = item
         self._eval_outputs = []
         return ordered

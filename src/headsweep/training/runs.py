@@ -264,7 +264,7 @@ def adopt_run(
     }
     adopted = _rebase({**results, "sweep": sweep, "run_name": run_name, "config": config}, str(src), str(dest))
     write_json(tmp / RESULTS, {**adopted, "shared_from": shared})
-    return _publish(tmp, dest)
+    return store.publish_dir(tmp, dest)
 
 
 def _link_or_copy(src: str, dst: str) -> str:
@@ -292,20 +292,7 @@ def _complete_results(run_dir: Path, verb: str) -> dict:
 
 
 def _fresh_tmp(dest: Path) -> Path:
-    """The temporary sibling a directory is written into before `_publish` renames it to `dest`."""
+    """The temporary sibling a directory is written into before `store.publish_dir` renames it to `dest`."""
     tmp = dest.parent / f".{dest.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     return tmp
-
-
-def _publish(tmp: Path, dest: Path) -> Path:
-    """Put a fully written directory in place by renames: `dest` is always either the old or the new one."""
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        dest.rename(old)
-        tmp.rename(dest)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(dest)
-    return dest

@@ -242,8 +242,8 @@ def results_record(
 
 def update_check_of(cfg: DictConfig, module) -> dict:
     """The run's update check: its model config from its seed, at its peak rate, betas, eps and per-matrix
-    rates (the same numbers `make sweep` printed for its cell: sweeps.init_check.measure_update)."""
-    from headsweep.sweeps.init_check import measure_update
+    rates (the same numbers `make sweep` printed for its cell: training.update_check.measure_update)."""
+    from headsweep.training.update_check import measure_update
 
     hp = module.hparams
     peak = hp.peak_lr if hp.peak_lr is not None else (module.net.cfg.d_model * hp.warmup_steps) ** -0.5
@@ -274,7 +274,7 @@ def make_loggers(cfg: DictConfig, out_dir: Path) -> tuple[list, dict]:
     that cannot work from here steps down with one line (online to offline, offline to disabled), never
     stopping training."""
     loggers, info = [], {}
-    for name, c in cfg.logger.items():
+    for c in cfg.logger.values():
         if c._target_ != "pytorch_lightning.loggers.WandbLogger":
             loggers.append(hydra.utils.instantiate(c))
             continue

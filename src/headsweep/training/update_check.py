@@ -4,7 +4,7 @@ this makes the steps comparable.
 
 From its init (torch.manual_seed(seed)), the model takes STEPS Adam steps at its peak rate with the run's betas
 and eps (no warmup: the check asks what the peak rate does; warmup scales every cell's rate alike), per-matrix
-rates under lr_scaling mup (training.lr_scaling), on STEPS synthetic batches (model.diagnostics.synthetic_batch
+rates under lr_scaling mup (model.lr_scaling), on STEPS synthetic batches (model.diagnostics.synthetic_batch
 with seeds 1..STEPS: the same ids for every cell), in eval mode (no dropout: the change is the optimizer's
 alone, and the global RNG is not drawn from). Then, on a fixed batch (seed 0, the init check's), each attention
 sublayer's output change: RMS(out_after - out_init) / RMS(out_init) over the real query positions, per
@@ -22,13 +22,17 @@ Plain PyTorch; the global RNG is left untouched.
 
 from __future__ import annotations
 
+import functools
+import json
+
 import torch
 
 from headsweep.model import Transformer, TransformerConfig
 from headsweep.model.diagnostics import _sublayers, synthetic_batch
+from headsweep.model.lr_scaling import BASE_KEYS, lr_factors, param_groups, role
 from headsweep.model.transformer import ATTENTION_KINDS
-from headsweep.training.lr_scaling import BASE_KEYS, lr_factors, param_groups, role
 
+VOCAB = 1024  # the vocabulary planning builds with: the gains and ratios do not depend on it (diagnostics.ID_RANGE)
 STEPS = 10
 
 
@@ -98,3 +102,20 @@ def update_check(
         "lr_scaling": lr_scaling,
         "batch_seed": 0,
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _updated(model_json: str, settings_json: str, seed: int) -> str:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: threads only add overhead (and contention on a shared machine)
+    try:
+        cfg = TransformerConfig(**{**json.loads(model_json), "vocab_size": VOCAB})
+        return json.dumps(update_check(cfg, seed=seed, **json.loads(settings_json)))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def measure_update(model: dict, settings: dict, seed: int = 1) -> dict:
+    """training.update_check of a model config (conf/model keys, plain values) at `settings` (update_settings),
+    vocabulary VOCAB (the synthetic batches use its first ids, as the init check's), cached."""
+    return json.loads(_updated(json.dumps(model, sort_keys=True), json.dumps(settings, sort_keys=True), seed))

@@ -1,4 +1,4 @@
-"""The run store: one experiment, one run, one identity.
+"""The run record, results.json, and the identity of an experiment.
 
 - Identity: `experiment_settings(flat)` are the settings that change what is trained and how it is scored
   (EXPERIMENT_KEYS, less NOT_EXPERIMENT); `experiment_key(config)` is the short hash of those settings and
@@ -7,23 +7,12 @@
 - Record: results.json, typed (`Record`, SCHEMA_VERSION), read and written only through `read_record` /
   `write_record`. A record without `schema_version` is version 1 (before the store); a half-written one
   raises `CorruptRecord`, one line naming the file, and is never deleted.
-- Store: each experiment once, in results/runs/<key>/; the readable name results/<sweep>/<job> is a view, a
-  relative symlink ../runs/<key>, listed in the record's `views` with the sweep's tags for it. One writer
-  per key: `key_lock` (results/runs/.locks/<key>.lock) is held while a run of that key trains and exports.
-
-    python -m headsweep.store migrate [--results results]
-
-moves results/<sweep>/<job>/ directories of the old layout into the store (headsweep.store_migrate).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
-from headsweep.model import head_sizes
+from headsweep.model import resolve_heads
 from headsweep.model.patterns import DEFAULT_PATTERNS
 from headsweep.model.transformer import FIXED_KINDS
 
 RESULTS = "results.json"
-RUNS = "runs"  # results/runs/<key>/: the store
-LOCKS = ".locks"  # results/runs/.locks/<key>.lock
 SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the store's record
 
 # What makes two runs the same experiment (and the same outputs: the analysis after training counts);
@@ -55,10 +42,6 @@ EXPERIMENT_KEYS = (
 )
 # Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")
-
-
-class StoreError(ValueError):
-    """A view or store entry that cannot be written as asked; the one-line message says what to do."""
 
 
 class CorruptRecord(ValueError):
@@ -106,9 +89,9 @@ def flatten_config(cfg: DictConfig) -> dict:
                 out[key] = tuple(v) if isinstance(v, list) else v
 
     walk({k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in skip}, "")
-    out["model.d_k"], out["model.d_v"] = head_sizes(
+    out["model.d_k"], out["model.d_v"], _ = resolve_heads(
         out["model.d_model"], out["model.heads"], out["model.d_k"], out["model.d_v"]
-    )  # null means d_model / h
+    )
     for key, value in ADDED_SETTINGS.items():
         out.setdefault(key, value)
     _heads_as_used(out)
@@ -119,8 +102,7 @@ def _heads_as_used(out: dict) -> None:
     """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
     equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
     patterns are the default list."""
-    if out["model.kv_heads"] is None:
-        out["model.kv_heads"] = out["model.heads"]
+    out["model.kv_heads"] = resolve_heads(None, out["model.heads"], kv_heads=out["model.kv_heads"]).kv_heads
     out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
     for kind in FIXED_KINDS:
         out.setdefault(f"model.fixed_heads.{kind}", 0)
@@ -131,7 +113,7 @@ def _heads_as_used(out: dict) -> None:
 def experiment_settings(flat: dict) -> dict:
     """The experiment settings of a flattened config (flatten_config: settings added since a saved
     run was made read at their old behaviour, so an old record and a new job compare equal)."""
-    from headsweep.training.lr_scaling import is_identity  # torch-free arithmetic on the flat settings
+    from headsweep.model.lr_scaling import is_identity  # torch-free arithmetic on the flat settings
 
     # per-matrix rates whose factors are all 1 (lr_scaling none, or the base cell) train what no scaling does
     same_rates = is_identity(flat)
@@ -291,7 +273,10 @@ def schema_note() -> str | None:
         return None
     n = len(_V1_READ)
     _V1_READ.clear()
-    return f"{n} records of schema 1 read as version 1 (run `python -m headsweep.store migrate` to move them into the store)"
+    return (
+        f"{n} records of schema 1 read as version 1 "
+        "(run `python -m headsweep.store migrate` to move them into the store)"
+    )
 
 
 # -- paths in a record --------------------------------------------------------------------------------------
@@ -329,174 +314,6 @@ def local_path(path: str | Path) -> Path:
     """A path a record names, on this machine: a relative one is relative to the checkout."""
     p = Path(path)
     return p if p.is_absolute() else ROOT / p
-
-
-# -- the store ------------------------------------------------------------------------------------------------
-
-
-def store_dir(results: Path, key: str) -> Path:
-    return Path(results) / RUNS / key
-
-
-_HELD: dict[str, int] = {}  # locks this process holds: taking one again (train, then export) does not wait
-
-
-@contextlib.contextmanager
-def key_lock(results: Path, key: str, wait_note=None):
-    """Hold results/runs/.locks/<key>.lock: one process at a time trains, exports or adds a view to this
-    experiment; the others wait (wait_note(path) is called once if they do). The OS drops it on exit."""
-    path = Path(results) / RUNS / LOCKS / f"{key}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    held = str(path.resolve())
-    if _HELD.get(held):
-        _HELD[held] += 1
-        try:
-            yield path
-        finally:
-            _HELD[held] -= 1
-        return
-    with open(path, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if wait_note:
-                wait_note(path)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        _HELD[held] = 1
-        try:
-            yield path
-        finally:
-            _HELD.pop(held, None)
-
-
-def stored_runs(results: Path, on_corrupt=None) -> list[tuple[Path, Record]]:
-    """(store dir, record) of every complete experiment in results/runs/; a corrupt record is left out,
-    named once through on_corrupt(line)."""
-    out = []
-    runs = Path(results) / RUNS
-    for d in sorted(runs.iterdir()) if runs.is_dir() else []:
-        if d.name.startswith(".") or not d.is_dir():
-            continue
-        try:
-            record = read_record(d)
-        except CorruptRecord as e:
-            if on_corrupt:
-                on_corrupt(str(e))
-            continue
-        if record is not None and record.complete:
-            out.append((d, record))
-    return out
-
-
-def find(results: Path, key: str) -> Path | None:
-    """The store dir of a complete experiment with this key, or None."""
-    d = store_dir(results, key)
-    try:
-        record = read_record(d)
-    except CorruptRecord:
-        return None
-    return d if record is not None and record.complete else None
-
-
-def add_view(store: Path, sweep: str, job: str, tags: list[str], **extra) -> Record:
-    """The view (sweep, job) in the record of `store`, with the sweep's tags for it; call under key_lock."""
-    record = read_record(store)
-    view = {"sweep": sweep, "job": job, "tags": list(tags), **extra}
-    old = record.view(sweep, job)
-    if old != view:
-        record.views = [v for v in record.views if v is not old] + [view]
-        write_record(store, record)
-    return record
-
-
-def link_view(store: Path, view: Path) -> Path:
-    """results/<sweep>/<job> as the relative symlink ../runs/<key>. A view that is a real directory (the old
-    layout) or names another experiment is never replaced: one line saying what to do."""
-    view = Path(view)
-    target = os.path.relpath(store, view.parent)
-    if view.is_symlink():
-        if os.readlink(view) == target:
-            return view
-        raise StoreError(f"{view} already names another experiment ({os.readlink(view)}); move it away first")
-    if view.exists():
-        raise StoreError(
-            f"{view} is a directory of the old layout: run `python -m headsweep.store migrate "
-            f"--results {view.parent.parent}` first"
-        )
-    view.parent.mkdir(parents=True, exist_ok=True)
-    tmp = view.parent / f".{view.name}.link"
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, view)  # atomic: a reader sees no view or the whole one
-    return view
-
-
-def show(store: Path, view: Path, tags: list[str], **extra) -> Path:
-    """The stored experiment `store` (results/runs/<key>) as `view` = results/<sweep>/<job>, with the
-    sweep's tags for it, under the key's lock."""
-    store, view = Path(store), Path(view)
-    with key_lock(store.parent.parent, store.name):
-        add_view(store, view.parent.name, view.name, tags, **extra)
-        return link_view(store, view)
-
-
-def train_once(results: Path, key: str, view: Path, tags: list[str], train, whole=None, wait_note=None):
-    """(metrics, whether this process trained): under the key's lock, the stored experiment (whole by
-    `whole(store dir)`, if given) is shown as `view`; else `train()` trains and exports it (its metrics)
-    while the lock is held. Of two sweeps that want one key at once, one trains, the other waits, then
-    shows the stored run: never two writers."""
-    with key_lock(results, key, wait_note):
-        stored = find(results, key)
-        if stored is not None and (whole is None or whole(stored)):
-            show(stored, view, tags)
-            return read_record(stored).metrics, False
-        return train(), True
-
-
-def view_of(run_dir: Path) -> tuple[str, str] | None:
-    """(sweep, job) when run_dir is results/<sweep>/<job> (a view or an old-layout directory)."""
-    run_dir = Path(run_dir)
-    return (run_dir.parent.name, run_dir.name) if run_dir.parent.name != RUNS else None
-
-
-def publish_dir(tmp: Path, dest: Path) -> Path:
-    """Put a fully written store directory in place by renames: `dest` is always the old or the new one.
-    Never used on a view: a symlinked view is never renamed into a directory."""
-    if dest.is_symlink():
-        raise StoreError(f"{dest} is a view (a symlink), not a store directory")
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        dest.rename(old)
-        tmp.rename(dest)
-        shutil.rmtree(old)
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(dest)
-    return dest
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
-    from headsweep.store_migrate import MigrationError, migrate
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("migrate", help="move results/<sweep>/<job>/ into results/runs/<key>/, views as symlinks")
-    m.add_argument("--results", type=Path, default=Path("results"))
-    args = parser.parse_args(argv)
-    try:
-        migrate(args.results, out=sys.stdout)
-    except (MigrationError, StoreError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 def as_seen(record: Record, sweep: str, job: str) -> dict:

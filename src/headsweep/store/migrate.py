@@ -1,5 +1,5 @@
 """Moving results/ of the old layout (results/<sweep>/<job>/, shared runs copied: `shared_from`) into the
-store (headsweep.store), without training anything:
+store (headsweep.store.store), without training anything:
 
 - each real results/<sweep>/<job>/ directory is an experiment: it moves to results/runs/<key>/ and its old
   name becomes a view, the symlink ../runs/<key>;
@@ -23,20 +23,18 @@ import shutil
 import sys
 from pathlib import Path
 
-from headsweep.store import (
+from headsweep.store.record import (
     RESULTS,
-    RUNS,
     SCHEMA_VERSION,
     CorruptRecord,
     Record,
     experiment_key,
-    link_view,
     read_record,
     relative_paths,
-    store_dir,
     strings,
     write_record,
 )
+from headsweep.store.store import RUNS, link_view, store_dir
 
 
 class MigrationError(ValueError):

@@ -1,8 +1,8 @@
 """Installing headsweep offline on top of a PyTorch that is already there (a cluster module, a container),
 from a folder of wheels brought along, without replacing that torch.
 
-    python src/headsweep/wheels.py download --wheels DIR [--python-version 3.12]   # on a machine with internet
-    python src/headsweep/wheels.py install --wheels DIR [--dev] [--dry-run]        # on the node, with its python
+    python scripts/wheels.py download --wheels DIR [--python-version 3.12]   # on a machine with internet
+    python scripts/wheels.py install --wheels DIR [--dev] [--dry-run]        # on the node, with its python
 
 (`make wheels` and `make install-offline` run these.) `download` fetches every dependency of headsweep,
 and theirs, as wheels for the node's Python and platform; torch, and what only torch needs, is left out:
@@ -11,8 +11,9 @@ is either installed already (torch must be) or has a wheel in DIR, following eac
 a folder that lacks one is one line naming it and what needs it. Then pip installs headsweep editable with
 `--no-index --find-links DIR`, torch pinned by a constraint to the installed build.
 
-This file runs before headsweep is installed: it imports nothing of headsweep, and of the rest only the
-standard library and `packaging` (pip's own copy where the interpreter has no other).
+This file runs before headsweep is installed, so it lives in scripts/, not in the package: it imports nothing
+of headsweep, and of the rest only the standard library and `packaging` (pip's own copy where the interpreter
+has no other).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ try:
 except ImportError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: scripts/..
 PROVIDED = "torch"  # brought by the machine, never by the wheel folder
 
 
@@ -182,7 +183,6 @@ def download(folder: Path, python_version: str, platforms: list[str], dev: bool 
     """Every requirement but torch's own, as wheels for that Python and platform, one at a time (pip download
     --no-deps), following each wheel's requirements; an sdist-only package is built into a wheel here."""
     folder.mkdir(parents=True, exist_ok=True)
-    tags = None  # any: the wheels are for another interpreter
     flags = [
         "--only-binary=:all:",
         "--python-version",
@@ -202,12 +202,11 @@ def download(folder: Path, python_version: str, platforms: list[str], dev: bool 
         "os_name": "posix",
     }
     while True:
-        wheels = read_wheels(folder, tags=_all_tags(folder))
+        wheels = read_wheels(folder, tags=_all_tags(folder))  # any tag: the wheels are for another interpreter
         _, missing = resolve(project_requirements(dev=dev), {PROVIDED: Version("999")}, wheels, env)
         if not missing:
-            print(
-                f"{folder}: every requirement but torch, for Python {python_version} ({len(list(folder.glob('*.whl')))} wheels)"
-            )
+            n = len(list(folder.glob("*.whl")))
+            print(f"{folder}: every requirement but torch, for Python {python_version} ({n} wheels)")
             return 0
         req = missing[0].split(" (needed by")[0]
         print(f"fetching {req}", flush=True)

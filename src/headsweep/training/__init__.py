@@ -1,0 +1,1 @@
+"""One training run: the Lightning module, its callbacks and checks, the run directory, evaluation."""
