@@ -425,7 +425,7 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
                 base_done = True
             body.append(table_row(row, c, base))
         if not info["cells"]:
-            body.append([row, *[""] * len(SETTING_COLUMNS), *["—"] * 3, info["status"], *[""] * 9])
+            body.append([row, *[""] * len(SETTING_COLUMNS), *["—"] * 3, info["status"], *[""] * (len(HEADER) - 14)])
     md += markdown_table(HEADER, body)
     md += ["", "## Rows", ""]
     for row, info in rows.items():
