@@ -41,7 +41,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup train smoke test test-all bench params evaluate sweep table3 table3-report migrate-results report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup train smoke test test-all bench params evaluate sweep table3 table3-report migrate-results results-check report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -104,6 +104,9 @@ table3-report: setup  ## reports/table3.md/.html/.png: every row of Table 3 besi
 
 migrate-results: setup  ## Pack the stored runs (hypotheses gzipped, figures small), every number compared before/after
 	$(PY) -m headsweep.store_pack migrate --results $(RESULTS)
+
+results-check: setup  ## Re-score every stored run's hypotheses (plain or .gz) against its stored BLEU/chrF; sizes against the limit
+	$(PY) -m headsweep.store_pack check --results $(RESULTS)
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)

@@ -43,6 +43,12 @@ PROTOCOL_WORDS = (
     f"model.init fan_in, the learning rate decayed by the step alone, the {BUDGET} budget (1,150 steps), a peak "
     f"rate chosen per cell on seed 1's validation loss from {LR_GRID}, {SEEDS} seeds at it"
 )
+# Rows shipped under the earlier protocol: their own reports, never rows of this table.
+EARLIER = {
+    "A": "The earlier protocol's row A (results/table3_a: xavier init, a decay by the step or the time, one peak "
+    "rate for every cell) keeps its own report, [table3_a](table3_a.md); none of its runs is in this table.",
+    "B": "The earlier protocol's row B (results/table3_b) keeps its own report, [table3_b](table3_b.md).",
+}
 SETTING_COLUMNS = ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "pos")
 ROW_COLOURS = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green", "D": "tab:red", "E": "tab:purple"}
 
@@ -456,6 +462,8 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
             )
             rates = "; ".join(f"{c.label} {rate_text(c)}" for c in info["cells"])
             md.append(f"- Chosen peak rate per cell: {rates}.")
+        if row in EARLIER:
+            md.append(f"- {EARLIER[row]}")
         if info["left_out"]:
             md.append(
                 f"- Left out ({len(info['left_out'])}): "
