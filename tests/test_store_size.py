@@ -2,13 +2,16 @@
 (results/runs/<key>/) stay under store_pack.RUN_LIMIT_BYTES, with their hypotheses gzipped. A run over it
 was exported or migrated without packing: `make migrate-results` packs it, numbers compared."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 from headsweep import store_pack
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+# HEADSWEEP_RESULTS: another results/ to check, e.g. a migrated copy (cp -a results /tmp/r; make
+# migrate-results RESULTS=/tmp/r; HEADSWEEP_RESULTS=/tmp/r pytest tests/test_store_size.py)
+RESULTS = Path(os.environ.get("HEADSWEEP_RESULTS") or Path(__file__).resolve().parents[1] / "results")
 RUNS = store_pack.run_dirs(RESULTS)
 
 
