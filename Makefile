@@ -47,7 +47,7 @@ DEV ?=
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
 	@if [ -t 1 ]; then on='\033[36m'; off='\033[0m'; fi; \
-	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-10s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %s%-10s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
