@@ -56,6 +56,16 @@ def test_every_row_plans_todays_protocol_around_one_base_run(tmp_path, monkeypat
         assert Path(os.readlink(shipped)).name == keys["table3_a_fan_in"][0.002]
 
 
+@pytest.mark.skipif(not (SHIPPED / "table3_b_fan_in").is_dir(), reason="no shipped table3_b_fan_in")
+def test_row_b_is_the_shipped_sweep_and_finds_every_job_done(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)
+    assert P.main(["--rows", "B", "--dry", "--results", str(SHIPPED), "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # both phases: the grid (3 cells x 3 rates) and the chosen rates (3 cells x 3 seeds), nothing to train
+    assert out.count("sweep table3_b_fan_in (") == 2 and out.count("9 jobs, 9 done, 0 to run") == 2, out
+    assert not (tmp_path / "table3_b_fan_in").exists()  # a dry plan writes nothing
+
+
 # -- the page ---------------------------------------------------------------------------------------------------
 
 REFS = ["a man rides a red bike .", "two dogs play in the snow .", "a woman sings .", "kids run on the beach ."]
