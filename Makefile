@@ -43,13 +43,13 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup lint train smoke test test-all bench params evaluate sweep report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep table3 table3-report migrate-results results-check report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
 	@# colour only on a terminal, so `make help > file` or a pipe gets plain text
 	@if [ -t 1 ]; then on='\033[36m'; off='\033[0m'; fi; \
-	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-10s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %s%-10s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 $(SETUP_STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
@@ -98,6 +98,24 @@ sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS
 .PHONY: wandb-spec
 wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `wandb sweep`: make wandb-spec SWEEP=heads_fixed_dk_fp32
 	$(PY) -m headsweep.sweeps.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
+
+# make table3: some of Table 3's rows (A-E; empty: all), e.g. ROWS=A,D
+ROWS ?=
+# make table3-report: the rows' sweeps under a GPU's name, e.g. SUFFIX=_h100 (what make table3 printed there)
+SUFFIX ?=
+
+table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2]
+	$(PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
+		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
+
+table3-report: setup  ## reports/table3.md/.html/.png: every row of Table 3 beside the paper's numbers [SUFFIX=_h100]
+	$(PY) -m headsweep.reports.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) $(ARGS)
+
+migrate-results: setup  ## Pack the stored runs (hypotheses gzipped, figures small), every number compared before/after
+	$(PY) -m headsweep.reports.results_check migrate --results $(RESULTS)
+
+results-check: setup  ## Re-score every stored run's hypotheses (plain or .gz) against its stored BLEU/chrF; sizes against the limit
+	$(PY) -m headsweep.reports.results_check check --results $(RESULTS)
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)

@@ -48,6 +48,8 @@ SHIPPED = SWEEPS_DIR.parent / "results"
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
 AFTER_FREEZE = {"heads_wo_mirror", "heads_identical"}
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
+# Row D as the paper runs it (one setting at a time): two variants of table3_d's 3 x 3 grid sharing its base
+PAPER_ROW_D = ("table3_d_dropout", "table3_d_smoothing")
 
 
 def shipped_sweep(results: Path, name: str) -> None:
@@ -75,12 +77,12 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "fixed_heads",
         "kv_heads_init",
     }
-    fan_in = {"heads_fixed_dk_fan_in", "table3_b_fan_in", "fixed_heads_fan_in"}  # issue 42's re-runs, none shipped yet
-    assert (
-        set(NAMES)
-        == {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")} | studies | fan_in | AFTER_FREEZE | MUP
-    )
-    assert set(NAMES) - fan_in - AFTER_FREEZE - MUP == set(FROZEN)
+    # issue 42's re-runs (table3_a_fan_in: row A for `make table3`), and row D one setting at a time (issue 50)
+    fan_in = {"heads_fixed_dk_fan_in", "table3_b_fan_in", "fixed_heads_fan_in", "table3_a_fan_in"}
+    row_d = set(PAPER_ROW_D)
+    tables = {f"table3_{r}{s}" for r in "abcde" for s in ("", "_paper")}
+    assert set(NAMES) == tables | studies | fan_in | row_d | AFTER_FREEZE | MUP
+    assert set(NAMES) - fan_in - row_d - AFTER_FREEZE - MUP == set(FROZEN)
     # one file per study: the fp32, budget, learning-rate, init and paper-size sweeps are variants of these
     assert [p.stem for p in SPECS] == [
         "fixed_heads",
@@ -263,6 +265,13 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
             c for c in frozen["common"] if not c.startswith(derived)
         ]
         assert "model.init=fan_in" in sweep.common and "model.init=xavier" in frozen["common"]
+        return
+    if name in PAPER_ROW_D:  # some of table3_d's cells, named by the one setting each varies
+        grid = {" ".join(j.split(" ")[1:]) for j in FROZEN["table3_d"]["seed_1_jobs"]}
+        assert {" ".join(j.overrides) for j in sweep.jobs} <= grid and sweep.jobs[0].name == (
+            "h8-dk32-dv32-drop0.1" if name.endswith("dropout") else "h8-dk32-dv32-ls0.1"
+        ) + "-s1"
+        assert sorted(sweep.common) == sorted(c.replace("table3_d", name) for c in FROZEN["table3_d"]["common"])
         return
     if name.endswith("_mup"):  # issue 54's per-matrix rates as a variant: its spec's (fan_in) jobs, plus the base
         spec_name = name.removesuffix("_mup") + ("_fan_in" if f"{name.removesuffix('_mup')}_fan_in" in NAMES else "")

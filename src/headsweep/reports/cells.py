@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
+from headsweep.store.pack import hypothesis_file
 from headsweep.sweeps.paper import COLUMNS
 from headsweep.sweeps.specs import follows_heads
 from headsweep.training.checks import default_cell
@@ -112,7 +113,8 @@ def hypotheses_path(run: Run) -> Path:
     for key in (f"{split}.beam", f"{split}.greedy"):
         if key in files:
             path = Path(files[key])
-            beside = run.dir / "hypotheses" / path.name  # a copy next to results.json (results/) comes first
+            # a copy next to results.json (results/) comes first; the store keeps it gzipped (store_pack)
+            beside = hypothesis_file(run.dir / "hypotheses" / path.name)
             return beside if beside.is_file() else path if path.is_absolute() else run.dir / path
     raise ReportError(f"{run.dir / RESULTS}: no test hypotheses listed for split {split}")
 

@@ -637,6 +637,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
         pool = None if threshold is not None else early_pool(args.root)  # once for every sweep
         paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples, threshold, pool)]
+        if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.table3)
+            from headsweep.reports.table3 import write as write_table3
+
+            paths += write_table3(args.root, args.out, n_samples=args.samples)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import torch
 from headsweep import store
 from headsweep.data.files import atomic_write
 from headsweep.store import RESULTS, CorruptRecord, Record, map_strings, read_record, write_record
+from headsweep.store import pack as store_pack
 from headsweep.training.module import TranslationModule
 
 
@@ -211,6 +212,7 @@ def export_run(run_dir: str | Path, dest: str | Path) -> Path:
                     shutil.copytree(src, tmp / dst_name, ignore=shutil.ignore_patterns("*.ckpt", "wandb"))
                 elif src.is_file():
                     shutil.copy2(src, tmp / dst_name)
+            store_pack.pack_dir(tmp)  # hypotheses gzipped, figures small: the store travels (store_pack)
             old = read_record(stored) if stored.is_dir() else None
             exported = {**results, "exported_from": str(run_dir), "exported_at": time.strftime("%Y-%m-%d %H:%M:%S")}
             # machine paths relative to the checkout (a record names no machine's directories)

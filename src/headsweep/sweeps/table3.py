@@ -1,0 +1,139 @@
+"""Table 3, all five rows, under today's protocol, by one command: `make table3 [ROWS=A,D DRY=1 JOBS=2]`.
+
+    python -m headsweep.sweeps.table3 [--rows A,B,C,D,E] [--dry] [--jobs N] [--results results] [hydra overrides]
+
+Each row is one or two sweeps of sweeps/table3_*.yaml (ROWS below), each run as
+`make sweep SWEEP=<sweep> SEEDS=3 BUDGET=ablation LR_GRID=5e-4,1e-3,2e-3` would run it: model.init fan_in, the
+learning rate decayed by the step alone (the ablation budget), a peak rate chosen per cell on seed 1's
+validation loss, then 3 seeds at it (headsweep.sweeps.lr_select). Every row's base cell (h 8, d_k = d_v 32,
+N 3, d_model 256, d_ff 1024, dropout and eps_ls 0.1, sinusoids) composes to one experiment, so the store holds
+it once and every row after the first shows it (headsweep.sweeps.reuse). Row B is the shipped
+table3_b_fan_in: planned like the others, it finds every job done. Resumable: a rerun skips what is finished.
+
+Device: a sweep never mixes devices. On the CPU every row runs at row B's precision (its shipped runs'),
+so the base stays the one run row B has. Where torch sees a GPU every row runs there, packed on the card,
+under the name <sweep>_<card> (table3_b_fan_in_h100: row B again, on that card, so that the rows share one
+base); `make table3-report SUFFIX=_h100` shows those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROWS = {
+    "A": ("table3_a_fan_in",),  # table3_a itself keeps the earlier protocol's shipped runs
+    "B": ("table3_b_fan_in",),
+    "C": ("table3_c",),
+    "D": ("table3_d_dropout", "table3_d_smoothing"),  # the paper's 4 cells, one setting at a time
+    "E": ("table3_e",),
+}
+SEEDS = 3
+BUDGET = "ablation"
+LR_GRID = "5e-4,1e-3,2e-3"
+BASE_ROW = "B"  # the shipped row at today's protocol: its precision is every row's on a CPU
+
+
+class RowError(ValueError):
+    """A bad ROWS value; one line naming the rows."""
+
+
+def parse_rows(text: str | None) -> list[str]:
+    """'A,d' -> ['A', 'D'] in the table's order; anything else one line naming the rows."""
+    if text is None or not str(text).strip():
+        return list(ROWS)
+    asked = [p.strip().upper() for p in str(text).split(",") if p.strip()]
+    if bad := [p for p in asked if p not in ROWS]:
+        raise RowError(
+            f"ROWS={text}: no row {bad[0]} in Table 3; the rows are {', '.join(ROWS)} (e.g. ROWS=A,D; empty: all)"
+        )
+    return [r for r in ROWS if r in asked]
+
+
+def suffix(overrides: list[str]) -> str:
+    """'' on the CPU; '_<card>' where torch sees a GPU and the overrides do not ask for the CPU."""
+    import torch
+
+    from headsweep.sweeps.packing import device_slug
+    from headsweep.sweeps.planning import _asked_device
+
+    if _asked_device(overrides) == "cpu" or not torch.cuda.is_available():
+        return ""
+    return f"_{device_slug(torch.cuda.get_device_name())}"
+
+
+def pinned(results: Path, overrides: list[str], on_gpu: bool) -> list[str]:
+    """On the CPU: trainer.precision of row B's finished runs, unless the command sets it (the base then is
+    row B's run, whatever this CPU's default precision)."""
+    from headsweep.sweeps.sweep_settings import finished_values
+
+    if on_gpu or any(o.startswith("trainer.precision=") for o in overrides):
+        return []
+    found = finished_values(results / ROWS[BASE_ROW][0]).get("trainer.precision") or {}
+    return [f"trainer.precision={next(iter(found))}"] if len(found) == 1 else []
+
+
+def sweep_args(name: str, own: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
+    return [
+        "--sweep",
+        name,
+        *(["--name", own] if own != name else []),
+        "--seeds",
+        str(SEEDS),
+        "--budget",
+        BUDGET,
+        f"--lr-grid={LR_GRID}",
+        "--results",
+        str(args.results),
+        "--root",
+        str(args.root),
+        *(["--jobs", str(args.jobs)] if args.jobs else []),
+        *(["--launcher", args.launcher] if args.launcher else []),
+        *(["--dry"] if args.dry else []),
+        *extra,
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="", help=f"some of {','.join(ROWS)} (default: all)")
+    parser.add_argument("--dry", action="store_true", help="plan every row's jobs, done or to run; run nothing")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs at once (make sweep's JOBS)")
+    parser.add_argument("--launcher", default=None, help="make sweep's LAUNCHER")
+    parser.add_argument("--results", type=Path, default=Path("results"))
+    parser.add_argument("--root", type=Path, default=Path("multirun"))
+    args, extra = parser.parse_known_args(argv)
+    if bad := [a for a in extra if a.startswith("--")]:
+        parser.error(f"unknown option {bad[0]}")
+    try:
+        rows = parse_rows(args.rows)
+    except RowError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from headsweep.sweeps import sweep
+
+    tail = suffix(extra)
+    extra = [*extra, *pinned(args.results, extra, bool(tail))]
+    print(
+        f"table3: rows {', '.join(rows)} at the {BUDGET} budget, {SEEDS} seeds, a peak rate per cell from "
+        f"{LR_GRID}{f' on the GPU (sweeps named <sweep>{tail})' if tail else ''}",
+        flush=True,
+    )
+    failed = []
+    for row in rows:
+        for name in ROWS[row]:
+            print(f"\n== row {row}: {name}{tail}", flush=True)
+            rc = sweep.main(sweep_args(name, name + tail, args, extra))
+            if rc:
+                failed.append(f"{row} ({name}{tail}: exit {rc})")
+    if failed:
+        print(f"table3: rows not finished: {', '.join(failed)}; rerun the same command to resume", file=sys.stderr)
+        return 1
+    page = "make table3-report" + (f" SUFFIX={tail}" if tail else "")
+    print(f"\ntable3: {'planned' if args.dry else 'done'}; the page: {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
