@@ -91,7 +91,7 @@ wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `
 	$(PY) -m headsweep.sweeps.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
-	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) --readme README.md $(ARGS)
 
 report-check: setup  ## Open every page of reports/ as a reader does (links, p-values, figure ticks; headless Chromium): make report-check [ARGS=--screenshots docs/img]
 	$(PY) -m headsweep.reports.report_check reports $(ARGS)

@@ -114,9 +114,13 @@ def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_p
     R.write_report("heads_specialise", sweep.parent, tmp_path / "r", n_samples=50)
     html = (tmp_path / "r" / "heads_specialise.html").read_text()
     assert "<title>heads_specialise: test BLEU by head dropout</title>" in html
-    assert "<pre" not in html and "<h2>Head analysis: importance, pruning, redundancy by cell</h2>" in html
+    heading = (
+        '<h2 id="head-analysis-importance-pruning-redundancy-by-cell">'
+        "Head analysis: importance, pruning, redundancy by cell</h2>"
+    )
+    assert "<pre" not in html and heading in html
     # the section's rows and words name the cells as the table above does, the base first
-    section = html[html.index("<h2>Head analysis") :]
+    section = html[html.index(">Head analysis: importance") :]
     base, other = (section.index(f"<td>h8-dk32-dv32-head_dropout{hd}</td>") for hd in ("0 (base)", "0.1"))
     assert base < other
     assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base) (2 seeds vs 2 seeds): " in section

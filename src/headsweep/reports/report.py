@@ -31,12 +31,14 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.reports import questions as Q
 from headsweep.reports import report_convergence, report_stuck
 from headsweep.reports.cells import Cell, ReportError, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
 from headsweep.reports.report_lr import lr_section, split_grid_runs
-from headsweep.reports.report_plots import learning_curves, plots
+from headsweep.reports.report_plots import learning_curves, plots, seed_spread
+from headsweep.reports.report_protocol import protocol_lines
 from headsweep.reports.report_site import index_record, write_index
 from headsweep.reports.report_table import (
     cell_details,
@@ -418,9 +420,11 @@ def sweep_markdown(
     info: dict,
     figures: list[tuple[Path, str]],
     section: str | None,
+    top: list[str] = (),
 ) -> str:
-    """The page: title, notes, the table and each cell's details, the findings, the figures, the head
-    analysis where the runs have one, the method."""
+    """The page: title, what it is (top: the banner of a superseded page, its question, protocol and
+    command, the pages of the same question), a contents list where it is long, notes, the table and each
+    cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
     findings = verdicts(cells)
     method = [
         POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),
@@ -436,9 +440,6 @@ def sweep_markdown(
     )
     status = incomplete(info["sweep"], cells) if info.get("sweep") else None
     md = [
-        f"# {head}",
-        "",
-        *([f"> {status}", ""] if status else []),
         *[f"- {n}" for n in notes_],
         "",
         *markdown_table(*table(cells, keys), align=True),
@@ -468,7 +469,9 @@ def sweep_markdown(
     ]
     if section:
         md += [section, ""]
-    return "\n".join(md + ["## Method", "", *[f"- {m}" for m in method], ""])
+    md += ["## Method", "", *[f"- {m}" for m in method], ""]
+    first = [f"> {status}", ""] if status else []
+    return "\n".join([f"# {head}", "", *first, *top, *Q.contents("\n".join(md)), "", *md])
 
 
 def analysis_section(sweep: str, cells: list[Cell], out_dir: Path) -> str | None:
@@ -524,9 +527,12 @@ def write_report(
     n_samples: int = 1000,
     stuck_threshold: float | None = None,
     pool: dict | None = None,
+    questions: list[dict] | None = None,
+    spread: float | None = None,
 ) -> list[Path]:
     """One sweep's report files. stuck_threshold: --stuck-threshold (None: chosen from the runs under root,
-    `pool` where the caller has it)."""
+    `pool` where the caller has it). questions: sweeps/_questions.yaml, loaded (read here when None).
+    spread: the seed sd a one-seed figure's y-range shows (seed_spread(root) when None)."""
     try:
         report_stuck.check_threshold(stuck_threshold)
     except ValueError as e:
@@ -551,6 +557,10 @@ def write_report(
             f"no usable runs in {sweep_dir} ({len(left_out)} left out); run or resume `make sweep SWEEP={sweep}` first"
         )
     cells = group_cells(runs)
+    # before any file is written: a page that cannot state its protocol is not written at all
+    top = protocol_lines(sweep, cells, grid_runs)
+    questions = Q.load(root=root) if questions is None else questions
+    top = [*Q.banner(questions, sweep, out_dir), *Q.question_block(questions, sweep, out_dir), *top]
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
@@ -562,11 +572,19 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     curves = learning_curves(sweep, cells, out_dir)
     lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir, root)
-    figures = plots(sweep, cells, keys, out_dir) + ([curves] if curves else []) + lr_figures
+    spread = seed_spread(root) if spread is None else spread
+    figures = plots(sweep, cells, keys, out_dir, spread) + ([curves] if curves else []) + lr_figures
     head = title(sweep, cells, keys)
     sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), init_check_section(cells)) if s]
     md = sweep_markdown(
-        head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures, "\n\n".join(sections) or None
+        head,
+        notes(sweep_dir, runs, cells, info, left_out),
+        cells,
+        keys,
+        info,
+        figures,
+        "\n\n".join(sections) or None,
+        top,
     )
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md = with_back_link(md)
@@ -621,18 +639,32 @@ def main(argv: list[str] | None = None) -> int:
         help="early val loss above the base's median (nats per subword, 0 < X < 10) from which a "
         "run counts as stuck; default: chosen from every sweep's runs under --root",
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        default=None,
+        help="README.md whose answers block is rendered again from sweeps/_questions.yaml (make report passes it)",
+    )
     args = parser.parse_args(argv)
     try:
         threshold = stuck_threshold_arg(args.stuck_threshold)
         names = sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
         if not names:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
+        questions = Q.load(root=args.root)  # checked before any page is written
         pool = None if threshold is not None else early_pool(args.root)  # once for every sweep
-        paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples, threshold, pool)]
+        spread = seed_spread(args.root)
+        paths = [
+            p
+            for name in names
+            for p in write_report(name, args.root, args.out, args.samples, threshold, pool, questions, spread)
+        ]
+        paths += write_index(args.out, args.root, questions)
+        if args.readme is not None and Q.write_readme(args.readme, questions):
+            paths.append(args.readme)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    paths += write_index(args.out, args.root)
     print("wrote " + ", ".join(str(p) for p in paths))
     if note := schema_note():
         print(note)

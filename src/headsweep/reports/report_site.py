@@ -13,6 +13,7 @@ from pathlib import Path
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
+from headsweep.reports import questions as Q
 from headsweep.reports import report_index
 from headsweep.reports.cells import Cell
 from headsweep.reports.report_table import anchor
@@ -64,7 +65,37 @@ def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out
     }
 
 
-def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
+ABOUT_BEGIN, ABOUT_END = "<!-- about:begin -->", "<!-- about:end -->"
+
+
+def with_about(md: str, lines: list[str]) -> str:
+    """A view's markdown with what it is (its question, the other pages of it, a contents list) under its first
+    heading, between markers, so rendering it again replaces the block rather than adding another."""
+    if ABOUT_BEGIN in md and ABOUT_END in md:
+        head, rest = md.split(ABOUT_BEGIN, 1)
+        md = head.rstrip("\n") + "\n" + rest.split(ABOUT_END, 1)[1].lstrip("\n")
+    if not lines:
+        return md
+    out, placed = [], False
+    for line in md.split("\n"):
+        out.append(line)
+        if not placed and line.startswith("# "):
+            out += ["", ABOUT_BEGIN, "", *lines, "", ABOUT_END, ""]
+            placed = True
+    return "\n".join(out)
+
+
+def about(questions: list[dict] | None, page_name: str, out_dir: Path, md: str) -> list[str]:
+    if questions is None:
+        return []
+    return [
+        *Q.banner(questions, page_name, out_dir),
+        *Q.question_block(questions, page_name, out_dir),
+        *Q.contents(md),
+    ]
+
+
+def prune_pages(out_dir: Path, questions: list[dict] | None = None) -> list[tuple[Path, str]]:
     """Each prune report's page (prune.md rendered, with its plot), and the report's first heading."""
     pages = []
     for md_path in sorted(out_dir.glob("prune-*/prune.md")):
@@ -73,6 +104,8 @@ def prune_pages(out_dir: Path) -> list[tuple[Path, str]]:
         if (md_path.parent / "prune.png").is_file() and "prune.png" not in md:
             md += "\n" + figure("prune.png", f"Figure 1. {PRUNE_FIGURE}") + "\n"
         md = with_back_link(md, "../index.md")
+        name = md_path.relative_to(out_dir).with_suffix("").as_posix()
+        md = with_about(md, about(questions, name, out_dir, md))
         atomic_write(md_path, md)  # the markdown twin links back too (GitHub shows it)
         html_path = md_path.with_suffix(".html")
         atomic_write(html_path, page(f"{md_path.parent.name}: {heading}", md))
@@ -88,13 +121,14 @@ VIEWS = (
 )
 
 
-def view_pages(out_dir: Path) -> list[tuple[Path, str, str]]:
+def view_pages(out_dir: Path, questions: list[dict] | None = None) -> list[tuple[Path, str, str]]:
     """Each cross-sweep view found in out_dir as a page, rendered again from its markdown (an older command
     wrote only the markdown, or a page without the link back), with its first heading and what it answers."""
     pages = []
     for pattern, answers, _ in VIEWS:
         for md_path in sorted(out_dir.glob(pattern)):
             md = with_back_link(md_path.read_text())
+            md = with_about(md, about(questions, md_path.stem, out_dir, md))
             atomic_write(md_path, md)  # the markdown twin links back too (GitHub shows it)
             html_path = md_path.with_suffix(".html")
             atomic_write(html_path, page(first_heading(md, md_path.stem), md))
@@ -118,17 +152,26 @@ def index_markdown(
     out_dir: Path,
     unreported: list[str],
     views: list[tuple[Path, str, str]] = (),
+    questions: list[dict] | None = None,
 ) -> str:
-    head, rows = report_index.table(records)
+    """The index: the questions with their current answers first (the first screen), then every page by
+    question, the views, the prune reports and the table of every experiment."""
+    questions = questions or []
+    asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
+    late = {Q.page_of(e): e["superseded_by"] for q in questions for e in q["evidence"] if e.get("superseded_by")}
+    head, rows = report_index.table(records, asks)
     old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
     shared = report_index.shared_runs(records)
-    lines = ["# headsweep reports", "", "## Sweeps", ""]
-    for r in records:
+    lines = ["# headsweep reports", "", *(Q.index_section(questions, out_dir) if questions else [])]
+    lines += ["## Every sweep", ""]
+    for r in sorted(records, key=lambda r: (asks.get(r["sweep"]) is None, asks.get(r["sweep"], ""), r["sweep"])):
         left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
         also = f" ({shared[r['sweep']]} also in another sweep)" if shared.get(r["sweep"]) else ""
+        question = f"question {asks[r['sweep']]}" if r["sweep"] in asks else "no question declared"
+        replaced = f"; earlier protocol, replaced by {late[r['sweep']]}" if r["sweep"] in late else ""
         lines.append(
             f"- [{r['title']}]({md_link(r['page'])}): {counted(r['runs'], 'run')}{also} in "
-            f"{counted(len(r['cells']), 'cell')}{left}"
+            f"{counted(len(r['cells']), 'cell')}{left} ({question}{replaced})"
         )
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
     lines += [
@@ -149,8 +192,11 @@ def index_markdown(
         "",
         report_index.counts(records) + " " + report_index.NOTE,
         "",
-        "Click a column's header to sort by it; type in the box to keep the rows holding every word typed "
-        "(e.g. `table3_a 32-true`). A cell's name opens its details in its sweep's report.",
+        "Columns: " + "; ".join(f"**{h}** {report_index.definition(h)}" for h in head) + ".",
+        "",
+        "Click a column's header to sort by it (the question column groups the rows by question); type in the "
+        "box to keep the rows holding every word typed (e.g. `kv_heads 32-true`). A cell's name opens its "
+        "details in its sweep's report; a name shared by several rows carries what differs.",
         "",
         f'<p><input id="filter" type="search" placeholder="filter the experiments" '
         f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} experiments</p>',
@@ -165,9 +211,10 @@ def index_markdown(
     return "\n".join(lines)
 
 
-def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
+def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] | None = None) -> list[Path]:
     """index.md and index.html in out_dir, and the prune reports' pages; the sweeps of `root` without
-    a report are named."""
+    a report are named. questions: sweeps/_questions.yaml, loaded (read here when None)."""
+    questions = Q.load(root=root) if questions is None else questions
     records = []
     for path in sorted(out_dir.glob("*.json")):
         record = json.loads(path.read_text())
@@ -183,9 +230,9 @@ def write_index(out_dir: Path, root: Path | None = None) -> list[Path]:
         if root is not None and root.is_dir()
         else []
     )
-    prunes = prune_pages(out_dir)
-    views = view_pages(out_dir)
-    md = index_markdown(records, prunes, out_dir, unreported, views)
+    prunes = prune_pages(out_dir, questions)
+    views = view_pages(out_dir, questions)
+    md = index_markdown(records, prunes, out_dir, unreported, views, questions)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
     return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes), *(p for p, *_ in views)]
