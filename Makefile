@@ -111,6 +111,10 @@ budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, c
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
 	$(PY) -m headsweep.sweeps.sync --sweep $(SWEEP) $(if $(DRY),--dry)
 
+.PHONY: wandb-export
+wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b]
+	$(PY) -m headsweep.reports.wandb_export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
 
