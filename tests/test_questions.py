@@ -100,7 +100,7 @@ def test_banner_index_and_readme_are_rendered_from_the_one_declaration(tmp_path)
     assert "Earlier protocol: [kv_heads](kv_heads.md), replaced by [kv_heads_init](kv_heads_init.md)" in index
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{Q.BEGIN}\nold\n{Q.END}\n\nmore\n")
-    assert Q.write_readme(readme, questions) and not Q.write_readme(readme, questions)
+    assert Q.write_readme(readme, questions, out) and not Q.write_readme(readme, questions, out)
     text = readme.read_text()
     assert "| [Do shared K/V heads cost BLEU?](reports/kv_heads_lr.md) | Not significantly: 0.75 BLEU" in text
     assert text.endswith(f"{Q.END}\n\nmore\n")

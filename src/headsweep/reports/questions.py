@@ -219,13 +219,15 @@ def question_block(questions: list[dict], page: str, out_dir: Path) -> list[str]
 # ----------------------------------------------------------------------------- README.md
 
 
-def readme_block(questions: list[dict], reports: str = "reports") -> list[str]:
-    """README's answers: one line per question (its answer, <= 30 words) linking its page's markdown twin."""
+def readme_block(questions: list[dict], reports: Path = ROOT / "reports") -> list[str]:
+    """README's answers: one line per question (its answer, <= 30 words) linking its page's markdown twin,
+    where that page is written (a question still running may have none yet)."""
     lines = [BEGIN, "", "| question | current answer |", "|---|---|"]
     for q in questions:
         pages = current(q)
         main = page_of(pages[0]) if pages else None
-        link = f"[{q['question']}]({reports}/{main}.md)" if main else q["question"]
+        there = main is not None and (reports / f"{main}.md").is_file()
+        link = f"[{q['question']}]({reports.name}/{main}.md)" if there else q["question"]
         lines.append(f"| {link} | {q['answer']} |")
     return [*lines, "", END]
 
@@ -238,10 +240,11 @@ def with_readme_block(text: str, block: list[str]) -> str:
     return head + "\n".join(block) + tail
 
 
-def write_readme(path: Path, questions: list[dict]) -> bool:
-    """README.md's answers block rendered again; True where it changed."""
+def write_readme(path: Path, questions: list[dict], reports: Path | None = None) -> bool:
+    """README.md's answers block rendered again (links into `reports`, beside README by default); True where it
+    changed."""
     text = path.read_text()
-    new = with_readme_block(text, readme_block(questions))
+    new = with_readme_block(text, readme_block(questions, reports or path.parent / "reports"))
     if new != text:
         atomic_write(path, new)
     return new != text
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         questions = load(root=args.root)
         if args.check:
             text = args.readme.read_text()
-            if with_readme_block(text, readme_block(questions)) != text:
+            if with_readme_block(text, readme_block(questions, args.readme.parent / "reports")) != text:
                 print(f"{args.readme}: the answers block differs from sweeps/_questions.yaml: `make report`")
                 return 1
             return 0

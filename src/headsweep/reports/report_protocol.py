@@ -25,7 +25,11 @@ NEEDED = (
 
 
 def config_value(run: Run, key: str):
-    """A dotted key of the run's resolved config (results.json), or KeyError."""
+    """A setting of the run as it trained: its config's value, or for a setting added since the run was made
+    the old behaviour it ran with (store.ADDED_SETTINGS, which run.flat carries: model.init xavier before
+    issue 42); KeyError where the run records neither."""
+    if key in run.flat:
+        return run.flat[key]
     here = run.results["config"]
     for part in key.split("."):
         if not isinstance(here, dict) or part not in here:
@@ -90,7 +94,7 @@ def protocol_lines(sweep: str, cells: list[Cell], grid_runs: list[Run]) -> list[
     else:
         rate = per_cell(cells, "module.peak_lr", rate_text)
         rate = rate if rate.startswith("per cell") else f"{rate}, common to every cell"
-    decay_by = (first.results["config"].get("module") or {}).get("decay_by", "steps")
+    decay_by = str(first.flat.get("module.decay_by") or "steps")
     schedule = (
         f"linear warm-up over {config_value(first, 'module.warmup_steps')} steps, then "
         f"{per_cell(cells, 'module.schedule')} decay by {decay_by.replace('_', ' ')}"
