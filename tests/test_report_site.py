@@ -431,3 +431,47 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
             R.write_report("table3_a", root, out, n_samples=50)
     assert pages(out) == after  # every page and figure as it was
     assert not any(p.name.endswith(".tmp") for p in out.iterdir() if not p.name.startswith("."))
+
+
+def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tmp_path, capsys):
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    sweep = table3_a(root, data)
+    out = tmp_path / "reports"
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    md = (out / "table3_a.md").read_text()
+    top = md.split("\n- 5 runs")[0]  # what the page says before its notes
+    assert "- **Question:** [Table 3 row A: how many heads" in top and "(../index.md" not in top
+    assert "(index.md#q-row_a)" in top
+    assert "- **Protocol:** d_model 256; N 3; d_ff 1024; 800 steps; precision bf16-mixed; device CPU" in top
+    assert "peak rate 2e-3, common to every cell" in top
+    assert "- **Reproduce:** `make sweep SWEEP=table3_a SEEDS=2 BUDGET=ablation`" in top
+    assert (
+        "table3_a_h200 (H200, bf16" in top and "; no page yet)" in top
+    )  # its other page, not written here  # the same question's other page, not written here
+    assert "- **Contents:** [What the numbers say](#what-the-numbers-say)" in top
+    html = (out / "table3_a.html").read_text()
+    assert '<h2 id="what-the-numbers-say">' in html
+
+    # a run whose protocol cannot be read: one line, and no page of that sweep written at all
+    capsys.readouterr()
+    for run in sweep.iterdir():
+        edit_results(run, lambda r: r["config"]["module"].pop("warmup_steps"))
+    shutil.rmtree(out)
+    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the protocol cannot be read from run" in err[0] and "module.warmup_steps" in err[0]
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_a_superseded_page_opens_with_a_banner_linking_what_replaced_it(tmp_path):
+    from headsweep.reports import questions as Q
+
+    questions = Q.load()
+    out = tmp_path / "reports"
+    out.mkdir()
+    for page in ("kv_heads_init", "kv_heads_lr"):
+        (out / f"{page}.md").write_text(f"# {page}\n")
+    (banner,) = [line for line in Q.banner(questions, "kv_heads", out) if line]
+    assert banner.startswith("> **Earlier protocol, superseded by [kv_heads_init](kv_heads_init.md)**")
+    assert "[kv_heads_lr](kv_heads_lr.md), the current answer" in banner

@@ -205,12 +205,15 @@ def question_block(questions: list[dict], page: str, out_dir: Path) -> list[str]
     q, e = found
     index = md_href("index", page)
     lines = [f"- **Question:** [{q['question']}]({index}#q-{q['id']}) This page: {e.get('what', page)}."]
-    others = [
-        page_link(out_dir, page_of(x), page)
-        + f" ({x.get('what', '')}{'; superseded' if x.get('superseded_by') else ''})"
-        for x in q["evidence"]
-        if page_of(x) != page
-    ]
+    others = []
+    for x in q["evidence"]:
+        if page_of(x) == page:
+            continue
+        notes = [x.get("what", ""), *(["superseded"] if x.get("superseded_by") else [])]
+        if not exists(out_dir, page_of(x)):
+            notes.append("no page yet")
+        link = f"[{page_of(x)}]({md_href(page_of(x), page)})" if exists(out_dir, page_of(x)) else page_of(x)
+        others.append(f"{link} ({'; '.join(n for n in notes if n)})")
     if others:
         lines.append("- **Same question:** " + "; ".join(others) + ".")
     return lines
