@@ -96,8 +96,8 @@ def test_banner_index_and_readme_are_rendered_from_the_one_declaration(tmp_path)
     assert "xavier grew W^K, W^V with the sharing" in banner and "0.75 BLEU" in banner
     assert Q.banner(questions, "kv_heads_lr", out) == []  # the current page has none
     index = "\n".join(Q.index_section(questions, out))
-    assert "**[Do shared K/V heads cost BLEU?](kv_heads_lr.md)** Not significantly: 0.75 BLEU" in index
-    assert "Earlier protocol: [kv_heads](kv_heads.md), replaced by [kv_heads_init](kv_heads_init.md)" in index
+    assert '| <a id="q-kv"></a>[Do shared K/V heads cost BLEU?](kv_heads_lr.md) | Not significantly: 0.75 BLEU' in index
+    assert "[kv_heads_init](kv_heads_init.md): one rate for every cell<br>[kv_heads](kv_heads.md): xavier grew" in index
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{Q.BEGIN}\nold\n{Q.END}\n\nmore\n")
     assert Q.write_readme(readme, questions, out) and not Q.write_readme(readme, questions, out)

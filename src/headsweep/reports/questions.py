@@ -145,33 +145,32 @@ def page_link(out_dir: Path, page: str, here: str = "", text: str | None = None)
 
 
 def index_section(questions: list[dict], out_dir: Path) -> list[str]:
-    """Every question with its current answer and page; the earlier evidence under it, with why."""
+    """Every question with its current answer and page, and the earlier evidence it replaced with why: one
+    table, so that the whole list fits a reader's first screen. The other current pages of a question (another
+    device, the grid's edge) are on its page and under Every sweep."""
     lines = [
         "## Questions and their current answers",
         "",
-        "Each question's answer comes from the first page after it (its current protocol); the earlier "
-        "protocol's pages are listed under it with why they were replaced. Declared in `sweeps/_questions.yaml`.",
+        "Each answer is its page's (the current protocol); the earlier protocol's pages are listed beside it with "
+        "why they were replaced. Declared once in `sweeps/_questions.yaml`.",
         "",
+        '<div id="questions">',
+        "",
+        "| question | current answer | earlier protocol (why replaced) |",
+        "|---|---|---|",
     ]
     for q in questions:
         pages = current(q)
         main = page_of(pages[0]) if pages else None
         title = f"[{q['question']}]({md_href(main)})" if main and exists(out_dir, main) else q["question"]
         status = "" if q.get("status", "answered") == "answered" else f" *({q['status']})*"
-        lines.append(f'- <a id="q-{q["id"]}"></a>**{title}**{status} {q["answer"]}')
-        others = [page_link(out_dir, page_of(e), text=f"{page_of(e)}") + f" ({e.get('what', '')})" for e in pages]
-        others += [
-            page_link(out_dir, name) + " (planned)" if exists(out_dir, name) else f"`{name}` (planned, not run yet)"
-            for name in q["planned"]
+        planned = [
+            page_link(out_dir, name) if exists(out_dir, name) else f"`{name}` not run yet" for name in q["planned"]
         ]
-        if others:
-            lines.append(f"  <br>Pages: {'; '.join(others)}.")
-        for e in earlier(q):
-            lines.append(
-                f"  <br>Earlier protocol: {page_link(out_dir, page_of(e))}, replaced by "
-                f"{page_link(out_dir, e['superseded_by'])}: {e['why']}."
-            )
-    return [*lines, ""]
+        answer = q["answer"] + (f" Planned: {', '.join(planned)}." if planned else "")
+        before = "<br>".join(f"{page_link(out_dir, page_of(e))}: {e['why']}" for e in earlier(q)) or "—"
+        lines.append(f'| <a id="q-{q["id"]}"></a>{title}{status} | {answer} | {before} |')
+    return [*lines, "", "</div>", ""]
 
 
 # ----------------------------------------------------------------------------- atop each page

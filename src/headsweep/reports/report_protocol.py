@@ -59,12 +59,19 @@ def device_text(runs: list[Run]) -> str:
     return " / ".join(sorted(names))
 
 
-def per_cell(cells: list[Cell], key: str, show=str) -> str:
-    """A setting's value if every cell has the same, else each cell's."""
-    values = {c.label: config_value(c.runs[0], key) for c in cells}
-    if len({repr(v) for v in values.values()}) == 1:
-        return show(next(iter(values.values())))
-    return "per cell: " + ", ".join(f"{label} {show(v)}" for label, v in values.items())
+def per_cell(cells: list[Cell], key: str, show=str, name_cells: bool = False) -> str:
+    """A setting's value if every cell has the same; else each value with how many cells have it (a size: the
+    cells' names and the table show which), or with the cells that have it (name_cells: a peak rate)."""
+    by_value: dict[str, list[str]] = {}
+    for c in cells:
+        by_value.setdefault(show(config_value(c.runs[0], key)), []).append(c.label)
+    if len(by_value) == 1:
+        return next(iter(by_value))
+    if name_cells:
+        return "per cell: " + "; ".join(f"{v} ({', '.join(labels)})" for v, labels in by_value.items())
+    return "per cell: " + ", ".join(
+        f"{v} ({len(labels)} cell{'s' * (len(labels) > 1)})" for v, labels in by_value.items()
+    )
 
 
 def check(sweep: str, runs: list[Run]) -> None:
@@ -89,10 +96,10 @@ def protocol_lines(sweep: str, cells: list[Cell], grid_runs: list[Run]) -> list[
     if grid:
         rate = (
             f"each cell's own, chosen from {', '.join(map(rate_text, grid))} by seed 1's final val loss "
-            f"({per_cell(cells, 'module.peak_lr', rate_text)})"
+            f"({per_cell(cells, 'module.peak_lr', rate_text, name_cells=True)})"
         )
     else:
-        rate = per_cell(cells, "module.peak_lr", rate_text)
+        rate = per_cell(cells, "module.peak_lr", rate_text, name_cells=True)
         rate = rate if rate.startswith("per cell") else f"{rate}, common to every cell"
     decay_by = str(first.flat.get("module.decay_by") or "steps")
     schedule = (
