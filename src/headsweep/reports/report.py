@@ -80,8 +80,9 @@ POOLING = (
 )
 PAPER = (
     "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
-    "en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, N, d_ff, d_k, "
-    "d_v are the paper's base sizes); our PPL is per subword on our val split."
+    "en→de), the row with the same settings, sizes relative to the base cell: our base (its sizes in Protocol "
+    "above; d_model 256 by default) stands for the paper's base (d_model 512, N 6, d_ff 2048, d_k = d_v = 64), "
+    "so our d_k 16 at d_model 256 is the paper's d_k 32; our PPL is per subword on our val split."
 )
 FLOPS = (
     "Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
