@@ -54,7 +54,11 @@ def device_text(runs: list[Run]) -> str:
         accel = config_value(r, "trainer.accelerator")
         gpu = machine.get("gpu")
         names.add(
-            str(gpu) if gpu and accel in ("gpu", "cuda", "auto") else f"CPU ({machine.get('cpu_class') or 'cpu'})"
+            str(gpu)
+            if gpu and accel in ("gpu", "cuda", "auto")
+            else f"CPU ({machine['cpu_class']})"
+            if machine.get("cpu_class")
+            else "CPU"  # a run from before results.json named its machine
         )
     return " / ".join(sorted(names))
 
