@@ -157,3 +157,18 @@ def test_the_question_column_groups_rows_and_a_rate_has_one_format():
     assert [row[rate] for row in body[2:]] == ["2e-3", "5e-4"] and body[3][gain] == "1.33"
     assert body[3][1].startswith("[h8-lr (kv gain 1.33, peak lr 5e-4)]")
     assert all(I.definition(h) != I.definition("no such column") for h in head)  # every column defined
+
+
+def test_the_parallel_coordinates_page_has_an_axis_per_varied_setting_and_a_line_per_experiment(tmp_path):
+    from headsweep.reports import report_site as S
+
+    data = S.compare_data(RECORDS, {"table3_a": "row_a"})
+    names = [a["name"] for a in data["axes"]]
+    assert names == ["h", "d_k", "d_v", "head drop", "steps", "BLEU", "PPL"]  # precision, init: the same everywhere
+    assert len(data["rows"]) == 4 and data["rows"][0]["question"] == "row_a"
+    assert data["rows"][0]["values"] == [8, 32, 32, 0.0, 1150, 35.0, 9.0] and data["rows"][0]["href"].endswith(
+        ".html#cell-h8-dk32-dv32"
+    )
+    page = S.compare_page(tmp_path, RECORDS, {}).read_text()
+    assert '<script src="compare.js"></script>' in page and (tmp_path / "compare.js").is_file()
+    assert '<a href="index.html">' in page  # back to the index

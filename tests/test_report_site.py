@@ -350,7 +350,15 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     (out / "table3_a-budget.md").write_text("# table3_a at 1x and 2x the steps\n\ntext\n")
     assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
-    for view in ("table3_a.html", "explain.html", "lengths.html", "table3_a-budget.html", "prune-x/prune.html"):
+    views = (
+        "table3_a.html",
+        "explain.html",
+        "lengths.html",
+        "table3_a-budget.html",
+        "prune-x/prune.html",
+        "compare.html",
+    )
+    for view in views:
         assert f'href="{view}"' in index, view
         back = "../index.html" if "/" in view else "index.html"
         assert f'href="{back}"' in (out / view).read_text(), view
@@ -364,6 +372,7 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     # every figure the report drew has its tick labels recorded, none repeated
     found, unrecorded = report_check.site_problems(out)
     assert sorted(p.relative_to(out).as_posix() for p in found) == [
+        "compare.html",
         "explain.html",
         "index.html",
         "lengths.html",

@@ -179,6 +179,7 @@ def index_markdown(
         for name in old
     ]
     lines += ["", "## Across sweeps", ""]
+    lines += ["- [Every experiment in parallel coordinates](compare.md): settings to BLEU and PPL, brushable"]
     lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or [
         f"- none yet: {', '.join(command for *_, command in VIEWS)}"
     ]
@@ -211,6 +212,92 @@ def index_markdown(
     return "\n".join(lines)
 
 
+COMPARE_JS = Path(__file__).resolve().parent.parent / "reporting" / "compare.js"
+LOG_AXES = ("model.heads", "model.d_k", "model.d_v", "model.kv_heads", "module.peak_lr", "model.d_model", "model.d_ff")
+
+
+def compare_data(records: list[dict], asks: dict[str, str]) -> dict:
+    """The parallel-coordinates view's data: one row per experiment (report_index.experiments), an axis per
+    setting that differs between them (numbers on a log2 or linear scale, words as categories), then test BLEU
+    and PPL (means over seeds)."""
+    rows = report_index.experiments(records)
+    keys = [k for k in report_index.columns(rows) if len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
+    axes = []
+    for k in keys:
+        values = [r["settings"].get(k) for r in rows if r["settings"].get(k) is not None]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        kind = ("log" if k in LOG_AXES and min(values) > 0 else "linear") if numeric else "category"
+        name = report_index.header(k)
+        axes.append(
+            {"name": name, "kind": kind, "definition": report_index.definition(name), "format": k == "module.peak_lr"}
+        )
+    axes += [
+        {"name": "BLEU", "kind": "linear", "definition": report_index.definition("BLEU"), "format": False},
+        {"name": "PPL", "kind": "log", "definition": report_index.definition("PPL"), "format": False},
+    ]
+
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return round(sum(xs) / len(xs), 2) if xs else None
+
+    out = []
+    for row, name in zip(rows, report_index.distinguished(rows, report_index.columns(rows))):
+        settings = [row["settings"].get(k) for k in keys]
+        settings = [
+            v if v is None or isinstance(v, (int, float)) and not isinstance(v, bool) else str(v) for v in settings
+        ]
+        bleu, ppl = mean([r["test_bleu"] for r in row["runs"]]), mean([r["test_ppl"] for r in row["runs"]])
+        _, page, anchor, _ = row["where"][row["named_in"]]
+        asked = sorted({asks[sweep] for sweep, *_ in row["where"] if sweep in asks}) or ["no question"]
+        out.append(
+            {
+                "name": name,
+                "question": asked[0],
+                "href": f"{Path(page).with_suffix('.html').as_posix()}#{anchor}",
+                "values": [*settings, bleu, ppl],
+                "bleu": bleu,
+                "ppl": ppl,
+            }
+        )
+    return {"axes": axes, "rows": out}
+
+
+def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str]) -> Path:
+    """compare.html (and its twin): every experiment in parallel coordinates, brushable, drawn by compare.js,
+    one local file copied beside the pages (no network, no library)."""
+    data = json.dumps(compare_data(records, asks), separators=(",", ":")).replace("<", "\\u003c")
+    md = with_back_link(
+        "\n".join(
+            [
+                "# Every experiment in parallel coordinates",
+                "",
+                "One line per experiment (the rows of the index's table), from each setting that differs to its "
+                "test BLEU and PPL (means over seeds), coloured by question. Drag along an axis to keep the lines "
+                "in that range (brushes on several axes combine); double-click the axis to clear it. A name's "
+                "link opens its cell. Hover an axis's name for its definition. (GitHub shows this page's text "
+                "only: open reports/compare.html in a browser.)",
+                "",
+                '<p id="pc-legend"></p>',
+                "",
+                '<div id="pc"></div>',
+                "",
+                '<p id="pc-count"></p>',
+                "",
+                '<ol id="pc-list"></ol>',
+                "",
+                f'<script type="application/json" id="pc-data">{data}</script>',
+                "",
+                '<script src="compare.js"></script>',
+                "",
+            ]
+        )
+    )
+    atomic_write(out_dir / "compare.js", COMPARE_JS.read_text())
+    atomic_write(out_dir / "compare.md", md)
+    atomic_write(out_dir / "compare.html", page("every experiment in parallel coordinates", md))
+    return out_dir / "compare.html"
+
+
 def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] | None = None) -> list[Path]:
     """index.md and index.html in out_dir, and the prune reports' pages; the sweeps of `root` without
     a report are named. questions: sweeps/_questions.yaml, loaded (read here when None)."""
@@ -232,7 +319,9 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     )
     prunes = prune_pages(out_dir, questions)
     views = view_pages(out_dir, questions)
+    asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
+    compare = compare_page(out_dir, records, asks)
     md = index_markdown(records, prunes, out_dir, unreported, views, questions)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
-    return [out_dir / "index.md", out_dir / "index.html", *(p for p, _ in prunes), *(p for p, *_ in views)]
+    return [out_dir / "index.md", out_dir / "index.html", compare, *(p for p, _ in prunes), *(p for p, *_ in views)]
