@@ -90,7 +90,7 @@
         if (!brushes[i]) return true;
         if (v === null) return false;
         const py = y(axes[i].pos(v));
-        return py >= brushes[i][0] && py <= brushes[i][1];
+        return py >= brushes[i][0] - 2 && py <= brushes[i][1] + 2; // a point on the brush's edge is in it
       });
       lines[k].setAttribute("stroke-opacity", ok ? 0.75 : 0.04);
       if (ok) { shown += 1; kept.push(r); }

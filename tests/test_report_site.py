@@ -238,7 +238,7 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
     site = tmp_path / "moved" / "reports"
     shutil.move(tmp_path / "built", site)
     found = report_check.check_site(site, tmp_path / "shots")
-    assert sorted(p.name for p in found) == ["heads_specialise.html", "index.html", "table3_a.html"]
+    assert sorted(p.name for p in found) == ["compare.html", "heads_specialise.html", "index.html", "table3_a.html"]
     assert all(issues == [] for issues in found.values()), found
     assert (tmp_path / "shots" / "index.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -260,6 +260,19 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
         assert first().startswith("31.00")
         page.fill("#filter", "heads_specialise 0.1")
         assert page.locator("#shown").text_content() == "1"
+        # the parallel coordinates: a drag along the BLEU axis keeps only the experiments in that range
+        page.goto((site / "compare.html").as_uri())
+        total = page.locator("#pc-count").text_content()
+        grabs = page.locator("#pc svg rect[fill='transparent']")
+        box = grabs.nth(grabs.count() - 2).bounding_box()  # BLEU, then PPL
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 1)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 4, steps=4)
+        page.mouse.up()
+        kept = page.locator("#pc-count").text_content()
+        assert (
+            kept != total and int(kept.split()[0]) >= 1 and page.locator("#pc-list li").count() == int(kept.split()[0])
+        )
         browser.close()
 
 
