@@ -74,7 +74,8 @@
       update();
     });
     window.addEventListener("mouseup", () => {
-      if (start !== null && brushes[i] && brushes[i][1] - brushes[i][0] < 2) brushes[i] = null;
+      if (start === null) return; // not this axis's drag: leave the list (and a click on it) alone
+      if (brushes[i] && brushes[i][1] - brushes[i][0] < 2) brushes[i] = null;
       start = null;
       update();
     });
@@ -104,6 +105,13 @@
       list.innerHTML = "";
       kept.sort((a, b) => (b.bleu ?? -1) - (a.bleu ?? -1)).slice(0, 40).forEach(r => {
         const li = document.createElement("li");
+        const box = document.createElement("input");
+        box.type = "checkbox";
+        box.checked = ticked.has(r.name);
+        box.disabled = !(r.curves || []).some(c => c.points.length);
+        box.setAttribute("aria-label", `learning curves of ${r.name}`);
+        box.addEventListener("change", () => { box.checked ? ticked.add(r.name) : ticked.delete(r.name); curves(); });
+        li.appendChild(box);
         const a = document.createElement("a");
         a.href = r.href;
         a.textContent = r.name;
@@ -113,8 +121,45 @@
       });
     }
   }
+  // learning curves of the ticked experiments: val BLEU against step, one line per seed, one colour each
+  const ticked = new Set(data.rows.slice().sort((a, b) => (b.bleu ?? -1) - (a.bleu ?? -1)).slice(0, 3).map(r => r.name));
+  const plot = document.getElementById("pc-curves");
+  function curves() {
+    if (!plot) return;
+    plot.innerHTML = "";
+    const rows = data.rows.filter(r => ticked.has(r.name));
+    const pts = rows.flatMap(r => (r.curves || []).flatMap(c => c.points));
+    if (!pts.length) { plot.textContent = "No experiment ticked (or none recorded its validations)."; return; }
+    const CW = Math.min(900, W), CH = 300, m = 45;
+    const xs = pts.map(p => p[0]), ys = pts.map(p => p[1]);
+    const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const px = v => m + ((v - x0) / (x1 - x0 || 1)) * (CW - 2 * m), py = v => CH - m - ((v - y0) / (y1 - y0 || 1)) * (CH - 2 * m);
+    const g = el("svg", { width: CW, height: CH, role: "img", "aria-label": "learning curves of the ticked experiments" }, plot);
+    el("line", { x1: m, x2: CW - m, y1: CH - m, y2: CH - m, stroke: "#333" }, g);
+    el("line", { x1: m, x2: m, y1: m, y2: CH - m, stroke: "#333" }, g);
+    [[x0, y0, "x"], [x1, y0, "x"], [x0, y0, "y"], [x0, y1, "y"]].forEach(([vx, vy, axis]) => {
+      const t = el("text", axis === "x" ? { x: px(vx), y: CH - m + 15, "font-size": 10, "text-anchor": "middle" }
+        : { x: m - 5, y: py(vy) + 3, "font-size": 10, "text-anchor": "end" }, g);
+      t.textContent = axis === "x" ? vx : vy.toFixed(1);
+    });
+    el("text", { x: CW / 2, y: CH - 8, "font-size": 11, "text-anchor": "middle" }, g).textContent = "training step";
+    el("text", { x: 12, y: m - 12, "font-size": 11 }, g).textContent = "val BLEU (greedy)";
+    const key = document.createElement("p");
+    rows.forEach((r, i) => {
+      const colour = colours[i % colours.length];
+      (r.curves || []).forEach(c => {
+        if (!c.points.length) return;
+        const line = el("polyline", { points: c.points.map(p => `${px(p[0])},${py(p[1])}`).join(" "), fill: "none",
+          stroke: colour, "stroke-width": 1.5 }, g);
+        el("title", {}, line).textContent = `${r.name}, seed ${c.seed}`;
+      });
+      key.insertAdjacentHTML("beforeend", `<span style="color:${colour}">■</span> ${r.name} &nbsp; `);
+    });
+    plot.appendChild(key);
+  }
   const legend = document.getElementById("pc-legend");
   if (legend) legend.innerHTML = questions.map((q, i) =>
     `<span style="color:${colours[i % colours.length]}">■</span> ${q}`).join(" &nbsp; ");
   update();
+  curves();
 })();

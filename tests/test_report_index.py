@@ -169,6 +169,11 @@ def test_the_parallel_coordinates_page_has_an_axis_per_varied_setting_and_a_line
     assert data["rows"][0]["values"] == [8, 32, 32, 0.0, 1150, 35.0, 9.0] and data["rows"][0]["href"].endswith(
         ".html#cell-h8-dk32-dv32"
     )
+    assert data["rows"][0]["curves"][0] == {"seed": 1, "points": []}  # no results root: no curves
+    run = tmp_path / "results" / "a" / "1"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("step,train/loss,val/bleu\n19,5.0,\n229,,10.5\n1149,,30.25\n")
+    assert S.run_curve(tmp_path / "results", "a/1") == [[229, 10.5], [1149, 30.25]]  # validations only
     page = S.compare_page(tmp_path, RECORDS, {}).read_text()
     assert '<script src="compare.js"></script>' in page and (tmp_path / "compare.js").is_file()
     assert '<a href="index.html">' in page  # back to the index

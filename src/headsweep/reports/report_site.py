@@ -7,6 +7,7 @@ sweep), so rebuilding one sweep's report does not recompute the others'."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -216,7 +217,24 @@ COMPARE_JS = Path(__file__).resolve().parent.parent / "reporting" / "compare.js"
 LOG_AXES = ("model.heads", "model.d_k", "model.d_v", "model.kv_heads", "module.peak_lr", "model.d_model", "model.d_ff")
 
 
-def compare_data(records: list[dict], asks: dict[str, str]) -> dict:
+def run_curve(root: Path | None, run_id: str) -> list[list[float]]:
+    """A run's val BLEU (greedy) at each validation, from the metrics.csv it wrote ([] where there is none)."""
+    if root is None:
+        return []
+    path = root / run_id / "metrics.csv"
+    if not path.is_file():
+        return []
+    points = []
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            try:
+                points.append([int(float(row["step"])), round(float(row["val/bleu"]), 2)])
+            except (KeyError, TypeError, ValueError):
+                continue  # a row of another metric
+    return points
+
+
+def compare_data(records: list[dict], asks: dict[str, str], root: Path | None = None) -> dict:
     """The parallel-coordinates view's data: one row per experiment (report_index.experiments), an axis per
     setting that differs between them (numbers on a log2 or linear scale, words as categories), then test BLEU
     and PPL (means over seeds)."""
@@ -257,15 +275,16 @@ def compare_data(records: list[dict], asks: dict[str, str]) -> dict:
                 "values": [*settings, bleu, ppl],
                 "bleu": bleu,
                 "ppl": ppl,
+                "curves": [{"seed": r["seed"], "points": run_curve(root, r["id"])} for r in row["runs"]],
             }
         )
     return {"axes": axes, "rows": out}
 
 
-def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str]) -> Path:
+def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str], root: Path | None = None) -> Path:
     """compare.html (and its twin): every experiment in parallel coordinates, brushable, drawn by compare.js,
     one local file copied beside the pages (no network, no library)."""
-    data = json.dumps(compare_data(records, asks), separators=(",", ":")).replace("<", "\\u003c")
+    data = json.dumps(compare_data(records, asks, root), separators=(",", ":")).replace("<", "\\u003c")
     md = with_back_link(
         "\n".join(
             [
@@ -283,7 +302,12 @@ def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str]) -> Pa
                 "",
                 '<p id="pc-count"></p>',
                 "",
+                "The kept experiments, best BLEU first (the first 40); tick one to draw its runs' learning curves "
+                "(val BLEU, greedy, at each validation; one line per seed) below the list.",
+                "",
                 '<ol id="pc-list"></ol>',
+                "",
+                '<div id="pc-curves"></div>',
                 "",
                 f'<script type="application/json" id="pc-data">{data}</script>',
                 "",
@@ -320,7 +344,7 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     prunes = prune_pages(out_dir, questions)
     views = view_pages(out_dir, questions)
     asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
-    compare = compare_page(out_dir, records, asks)
+    compare = compare_page(out_dir, records, asks, root)
     md = index_markdown(records, prunes, out_dir, unreported, views, questions)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
