@@ -7,7 +7,8 @@ tested on tiny pages): every page is reachable by links from index.html and link
 prints as 0.000 (in the text, or in a table column headed p...); no figure repeats a tick label on an axis
 or draws two labels over each other, and no legend covers a plotted point (read from the .ticks.json
 that reporting.plots.save_figure writes beside each PNG: a PNG shows no ticks or boxes to a browser; a
-figure without one is named, not failed: an older command drew it); every markdown twin's links open files that are there, twins rather than pages (GitHub).
+figure without one is named, not failed: an older command drew it); every markdown twin's links open files
+that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
