@@ -118,7 +118,7 @@ results-check: setup  ## Re-score every stored run's hypotheses (plain or .gz) a
 	$(PY) -m headsweep.reports.results_check check --results $(RESULTS)
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
-	$(PY) -m headsweep.reports.report --sweep $(SWEEP) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.reports.build --sweep $(SWEEP) --root $(RESULTS) --readme README.md $(ARGS)
 
 report-check: setup  ## Open every page of reports/ as a reader does (links, p-values, figure ticks; headless Chromium): make report-check [ARGS=--screenshots docs/img]
 	$(PY) -m headsweep.reports.report_check reports $(ARGS)
@@ -137,6 +137,10 @@ budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, c
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
 	$(PY) -m headsweep.sweeps.sync --sweep $(SWEEP) $(if $(DRY),--dry)
+
+.PHONY: wandb-export
+wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b]
+	$(PY) -m headsweep.reports.wandb_export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

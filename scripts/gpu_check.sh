@@ -39,6 +39,6 @@ step tests $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 step bench $PY -m headsweep.bench.gpu --packed 8 --json "$LOG_DIR/bench.json"
 step sweep $PY -m headsweep.sweeps.sweep --sweep table3_a --name "$SWEEP" --seeds "$SEEDS" --budget ablation \
     --jobs "$JOBS"
-step report $PY -m headsweep.reports.report --sweep "$SWEEP" --root results
+step report $PY -m headsweep.reports.build --sweep "$SWEEP" --root results
 echo "gpu-check: $((SECONDS - start)) s in all, exit $status" | tee -a "$LOG_DIR/times.txt"
 exit $status

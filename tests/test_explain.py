@@ -155,7 +155,8 @@ def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_other
     monkeypatch.setattr(explain, "load_runs", lambda d, load=explain.load_runs: reads.append(d.name) or load(d))
     assert explain.main(["--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     assert "left out, not at the ablation budget's 1150 steps: long (2300 steps)" in capsys.readouterr().out
-    assert "# Heads or head width? Every cell of a (1150 steps each)" in (tmp_path / "out" / "explain.md").read_text()
+    text = (tmp_path / "out" / "explain.md").read_text()
+    assert "# Heads or head width? Every cell at 1150 steps\n\nSweeps read (1): a." in text
     assert sorted(reads) == ["a", "long"]  # each sweep's results read once (results/ holds hundreds of runs)
 
 

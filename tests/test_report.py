@@ -12,6 +12,7 @@ from sacrebleu.significance import PairedTest
 
 from conftest import write_results
 from headsweep.config import compose
+from headsweep.reports import build as B
 from headsweep.reports import report as R
 
 REFS = [
@@ -207,7 +208,7 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
 
 
 def test_no_runs_is_one_clear_error(tmp_path, capsys):
-    assert R.main(["--sweep", "table3_b", "--root", str(tmp_path)]) == 2
+    assert B.main(["--sweep", "table3_b", "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run `make sweep SWEEP=table3_b` first" in err
 
@@ -729,4 +730,28 @@ def test_plots_of_one_seed_per_cell_do_not_claim_a_mean_over_seeds(tmp_path):
         P.pyplot().close(fig)
     fig, caption = P.bleu_figure("s", heads_by_width_cells(seeds=3), KEYS)
     assert "mean over seeds" in caption
+    P.pyplot().close(fig)
+
+
+def test_a_one_seed_figure_says_so_and_spans_the_seed_noise():
+    """One seed per cell: "(1 seed)" in the title, a y-range at least 4 seed sds wide (the sd measured on the
+    cells with 3 seeds: report_plots.seed_spread) and the base's ± 1 sd shaded, so two cells 0.3 BLEU apart
+    do not fill the plot as an effect would."""
+    from headsweep.reports import report_plots as P
+
+    cells = [
+        seed_cell(f"h{h}", 1, base=h == 8, **{"model.heads": h, "model.d_k": 256 // h, "model.d_v": 256 // h})
+        for h in (4, 8, 16)
+    ]
+    for c, bleu in zip(cells, (34.0, 34.2, 34.3)):
+        c.row.update(test_bleu=bleu, test_bleu_seeds=[bleu])
+    fig, caption = P.bleu_figure("s", cells, ["model.heads", "model.d_k", "model.d_v"], spread=0.6)
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    assert "(1 seed)" in ax.get_title() and hi - lo >= 4 * 0.6 - 1e-9
+    assert "base ± one seed sd (0.60)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "spans at least 4 seed sds (0.60 BLEU" in caption
+    P.pyplot().close(fig)
+    fig, caption = P.bleu_figure("s", heads_by_width_cells(seeds=3), KEYS, spread=0.6)  # seeds show their own
+    assert "(1 seed)" not in fig.axes[0].get_title() and "seed sds" not in caption
     P.pyplot().close(fig)

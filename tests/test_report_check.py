@@ -134,3 +134,38 @@ def test_a_markdown_twin_linking_a_page_or_a_missing_file_fails(tmp_path):
             "a link to a file that is not there: gone.png",
         ]
     }
+
+
+def test_a_legend_covering_plotted_points_fails_and_save_figure_moves_it_off_them(tmp_path):
+    plt = pyplot()
+
+    def crowded():
+        fig, ax = plt.subplots(figsize=(4, 3))
+        for i in range(12):  # points everywhere, the legend in the middle of them
+            ax.plot(range(10), [i + (x % 3) for x in range(10)], "o-", label=f"cell {i}")
+        ax.legend(loc="center", fontsize=7)
+        ax.set_title("crowded")
+        return fig
+
+    fig = crowded()
+    covering = tmp_path / "covering.png"
+    save_figure(fig, covering, dpi=80, move_legends=False)  # as a plot drawn without the move
+    plt.close(fig)
+    record = json.loads(ticks_path(covering).read_text())
+    assert record["legends"][0]["points"] and record["legends"][0]["legend"]
+    found = C.legend_problems(record)
+    assert len(found) == 1 and found[0].startswith("covering.png (crowded): the legend covers ")
+
+    fig = crowded()
+    moved = tmp_path / "moved.png"
+    save_figure(fig, moved, dpi=80)  # the default: the legend goes where it covers nothing (here: outside)
+    plt.close(fig)
+    assert C.legend_problems(json.loads(ticks_path(moved).read_text())) == []
+
+    # on a page, the covering figure fails the page; the moved one passes
+    pages = {**GOOD, "a.html": BACK + '<a href="b.html">b</a> <img src="covering.png">'}
+    site(tmp_path, {**pages, "b.html": BACK + '<img src="moved.png">'})
+    found, _ = C.site_problems(tmp_path)
+    assert found[tmp_path / "a.html"] == ["covering.png (crowded): " + found[tmp_path / "a.html"][0].split(": ", 1)[1]]
+    assert "legend covers" in found[tmp_path / "a.html"][0]
+    assert found[tmp_path / "b.html"] == []

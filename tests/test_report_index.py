@@ -95,8 +95,9 @@ RECORDS = [
 
 
 def test_one_row_per_experiment_each_run_once_a_column_for_what_varies():
-    head, body = I.table(RECORDS)
+    head, body = I.table(RECORDS, {"table3_a": "row_a", "table3_b": "row_b"})
     assert head == [
+        "question",
         "cell, in sweeps",
         "h",
         "d_k",
@@ -110,13 +111,17 @@ def test_one_row_per_experiment_each_run_once_a_column_for_what_varies():
         "PPL",
     ]
     assert len(body) == 4  # h8 (three sweeps), h4, head dropout 0.1, h8 at 2x
+    assert [row[0] for row in body] == ["row_a, row_b", "row_a", "—", "—"]  # h8 answers both questions
+    body = [row[1:] for row in body]
     h8 = body[0]
+    # h8-dk32-dv32 names two rows (1x and 2x the steps): each carries what tells it apart
     assert h8[0] == (
-        "[h8-dk32-dv32](table3_a.md#cell-h8-dk32-dv32)<br>in [table3_a](table3_a.md#cell-h8-dk32-dv32) "
+        "[h8-dk32-dv32 (steps 1150)](table3_a.md#cell-h8-dk32-dv32)<br>in [table3_a](table3_a.md#cell-h8-dk32-dv32) "
         "base, [table3_b](table3_b.md#cell-h8-dk32-dv32) base, "
         "[heads_specialise](heads_specialise.md#cell-h8-dk32-dv32-head_dropout0) base"
     )
     assert h8[8:] == ["3 (seed 1 ×2)", "35.00 ± 1.00", "9.00 ± 0.00"]  # a/1, a/2, s/1: the copies not again
+    assert body[3][0].startswith("[h8-dk32-dv32 (steps 2300)]")
     assert body[3][5] == "2300 (2×)*"  # twice the usual budget, one run stopped before it
     assert body[2][4] == "0.1" and h8[4] == "0.0"
     assert (
@@ -136,3 +141,39 @@ def test_a_setting_only_some_runs_record_is_a_column_with_a_dash():
     assert (
         I.table([{"sweep": "old", "page": "old.html", "cells": [{"cell": "x", "anchor": "a", "base": True}]}])[1] == []
     )
+
+
+def test_the_question_column_groups_rows_and_a_rate_has_one_format():
+    lr = record(
+        "kv_lr",
+        [
+            cell("h8-lr", [("l/1", 1, 34.0, 1150)], base=True, **{"module.peak_lr": 0.002}),
+            cell("h8-lr", [("l/2", 1, 33.0, 1150)], **{"module.peak_lr": 0.0005, "model.init_kv_gain": 1.3333333}),
+        ],
+    )
+    head, body = I.table([RECORDS[0], lr], {"table3_a": "row_a", "kv_lr": "kv_heads"})
+    assert [row[0] for row in body] == ["row_a", "row_a", "kv_heads", "kv_heads"]
+    rate, gain = head.index("peak lr"), head.index("kv gain")
+    assert [row[rate] for row in body[2:]] == ["2e-3", "5e-4"] and body[3][gain] == "1.33"
+    assert body[3][1].startswith("[h8-lr (kv gain 1.33, peak lr 5e-4)]")
+    assert all(I.definition(h) != I.definition("no such column") for h in head)  # every column defined
+
+
+def test_the_parallel_coordinates_page_has_an_axis_per_varied_setting_and_a_line_per_experiment(tmp_path):
+    from headsweep.reports import report_site as S
+
+    data = S.compare_data(RECORDS, {"table3_a": "row_a"})
+    names = [a["name"] for a in data["axes"]]
+    assert names == ["h", "d_k", "d_v", "head drop", "steps", "BLEU", "PPL"]  # precision, init: the same everywhere
+    assert len(data["rows"]) == 4 and data["rows"][0]["question"] == "row_a"
+    assert data["rows"][0]["values"] == [8, 32, 32, 0.0, 1150, 35.0, 9.0] and data["rows"][0]["href"].endswith(
+        ".html#cell-h8-dk32-dv32"
+    )
+    assert data["rows"][0]["curves"][0] == {"seed": 1, "points": []}  # no results root: no curves
+    run = tmp_path / "results" / "a" / "1"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("step,train/loss,val/bleu\n19,5.0,\n229,,10.5\n1149,,30.25\n")
+    assert S.run_curve(tmp_path / "results", "a/1") == [[229, 10.5], [1149, 30.25]]  # validations only
+    page = S.compare_page(tmp_path, RECORDS, {}).read_text()
+    assert '<script src="compare.js"></script>' in page and (tmp_path / "compare.js").is_file()
+    assert '<a href="index.html">' in page  # back to the index

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import write_results
+from headsweep.reports import build as B
 from headsweep.reports import report as R
 from headsweep.reports import report_check
 from test_compare import analysis
@@ -82,7 +83,7 @@ def test_bad_runs_are_named_in_one_line_left_out_of_every_number_and_results_unt
     before = tree_digest(tmp_path / "results")
 
     assert (
-        R.main(
+        B.main(
             [
                 "--sweep",
                 "table3_a",
@@ -114,9 +115,13 @@ def test_page_renders_markdown_names_columns_and_hides_empty_paper_columns(tmp_p
     R.write_report("heads_specialise", sweep.parent, tmp_path / "r", n_samples=50)
     html = (tmp_path / "r" / "heads_specialise.html").read_text()
     assert "<title>heads_specialise: test BLEU by head dropout</title>" in html
-    assert "<pre" not in html and "<h2>Head analysis: importance, pruning, redundancy by cell</h2>" in html
+    heading = (
+        '<h2 id="head-analysis-importance-pruning-redundancy-by-cell">'
+        "Head analysis: importance, pruning, redundancy by cell</h2>"
+    )
+    assert "<pre" not in html and heading in html
     # the section's rows and words name the cells as the table above does, the base first
-    section = html[html.index("<h2>Head analysis") :]
+    section = html[html.index(">Head analysis: importance") :]
     base, other = (section.index(f"<td>h8-dk32-dv32-head_dropout{hd}</td>") for hd in ("0 (base)", "0.1"))
     assert base < other
     assert "h8-dk32-dv32-head_dropout0.1 against h8-dk32-dv32-head_dropout0 (base) (2 seeds vs 2 seeds): " in section
@@ -186,14 +191,14 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     (out / "prune-x").mkdir(parents=True)
     (out / "prune-x" / "prune.md").write_text("# Pruning heads\n\n| lambda | kept |\n|---|---|\n| 0 | 72 |\n")
     shutil.copy(Path(__file__).parents[1] / "reports" / "table3_a-bleu.png", out / "prune-x" / "prune.png")
-    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
     assert 'href="table3_a.html"' in index and 'href="prune-x/prune.html"' in index
     assert "heads_specialise: runs but no report yet" in index  # in results/, not yet reported
     prune = (out / "prune-x" / "prune.html").read_text()
     assert "<td>72</td>" in prune and '<img src="prune.png"' in prune and "<figcaption>" in prune
 
-    assert R.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
     assert 'href="heads_specialise.html"' in index and "no report yet" not in index
     cells = index[index.index('<div id="cells">') :]
@@ -230,11 +235,11 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
     root = tmp_path / "results"
     table3_a(root, data)
     heads_specialise(root, data)
-    assert R.main(["--sweep", "all", "--root", str(root), "--out", str(tmp_path / "built"), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "all", "--root", str(root), "--out", str(tmp_path / "built"), "--samples", "50"]) == 0
     site = tmp_path / "moved" / "reports"
     shutil.move(tmp_path / "built", site)
     found = report_check.check_site(site, tmp_path / "shots")
-    assert sorted(p.name for p in found) == ["heads_specialise.html", "index.html", "table3_a.html"]
+    assert sorted(p.name for p in found) == ["compare.html", "heads_specialise.html", "index.html", "table3_a.html"]
     assert all(issues == [] for issues in found.values()), found
     assert (tmp_path / "shots" / "index.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -256,6 +261,19 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
         assert first().startswith("31.00")
         page.fill("#filter", "heads_specialise 0.1")
         assert page.locator("#shown").text_content() == "1"
+        # the parallel coordinates: a drag along the BLEU axis keeps only the experiments in that range
+        page.goto((site / "compare.html").as_uri())
+        total = page.locator("#pc-count").text_content()
+        grabs = page.locator("#pc svg rect[fill='transparent']")
+        box = grabs.nth(grabs.count() - 2).bounding_box()  # BLEU, then PPL
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 1)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 4, steps=4)
+        page.mouse.up()
+        kept = page.locator("#pc-count").text_content()
+        assert (
+            kept != total and int(kept.split()[0]) >= 1 and page.locator("#pc-list li").count() == int(kept.split()[0])
+        )
         browser.close()
 
 
@@ -270,7 +288,7 @@ def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
     root = tmp_path / "results"
     table3_a(root, data)  # 5 runs of sweeps/table3_a.yaml's 6 cells x 3 seeds
     out = tmp_path / "reports"
-    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     md = (out / "table3_a.md").read_text()
     top = md.split("\n- ")[0]  # the heading and what comes before the notes
     assert "**Incomplete: 5 of 18 planned runs** (`sweeps/table3_a.yaml`: 6 cells x 3 seeds)" in top
@@ -344,9 +362,17 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     (out / "explain.md").write_text("# Heads or head width?\n\ntext\n")
     (out / "lengths.md").write_text("# Narrow heads and sentence length\n\ntext\n")
     (out / "table3_a-budget.md").write_text("# table3_a at 1x and 2x the steps\n\ntext\n")
-    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
-    for view in ("table3_a.html", "explain.html", "lengths.html", "table3_a-budget.html", "prune-x/prune.html"):
+    views = (
+        "table3_a.html",
+        "explain.html",
+        "lengths.html",
+        "table3_a-budget.html",
+        "prune-x/prune.html",
+        "compare.html",
+    )
+    for view in views:
         assert f'href="{view}"' in index, view
         back = "../index.html" if "/" in view else "index.html"
         assert f'href="{back}"' in (out / view).read_text(), view
@@ -360,6 +386,7 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     # every figure the report drew has its tick labels recorded, none repeated
     found, unrecorded = report_check.site_problems(out)
     assert sorted(p.relative_to(out).as_posix() for p in found) == [
+        "compare.html",
         "explain.html",
         "index.html",
         "lengths.html",
@@ -381,7 +408,7 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
 
     data, root, out = references(tmp_path), tmp_path / "results", tmp_path / "reports"
     table3_a(root, data)
-    assert R.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert {"table3_a.md", "table3_a.html", "index.html", "table3_a-bleu.png"} <= set(before)
 
@@ -427,3 +454,47 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
             R.write_report("table3_a", root, out, n_samples=50)
     assert pages(out) == after  # every page and figure as it was
     assert not any(p.name.endswith(".tmp") for p in out.iterdir() if not p.name.startswith("."))
+
+
+def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tmp_path, capsys):
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    sweep = table3_a(root, data)
+    out = tmp_path / "reports"
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    md = (out / "table3_a.md").read_text()
+    top = md.split("\n- 5 runs")[0]  # what the page says before its notes
+    assert "- **Question:** [Table 3 row A: how many heads" in top and "(../index.md" not in top
+    assert "(index.md#q-row_a)" in top
+    assert "- **Protocol:** d_model 256; N 3; d_ff 1024; 800 steps; precision bf16-mixed; device CPU" in top
+    assert "peak rate 2e-3, common to every cell" in top
+    assert "- **Reproduce:** `make sweep SWEEP=table3_a SEEDS=2 BUDGET=ablation`" in top
+    assert (
+        "table3_a_h200 (H200, bf16" in top and "; no page yet)" in top
+    )  # its other page, not written here  # the same question's other page, not written here
+    assert "- **Contents:** [What the numbers say](#what-the-numbers-say)" in top
+    html = (out / "table3_a.html").read_text()
+    assert '<h2 id="what-the-numbers-say">' in html
+
+    # a run whose protocol cannot be read: one line, and no page of that sweep written at all
+    capsys.readouterr()
+    for run in sweep.iterdir():
+        edit_results(run, lambda r: r["config"]["module"].pop("warmup_steps"))
+    shutil.rmtree(out)
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the protocol cannot be read from run" in err[0] and "module.warmup_steps" in err[0]
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_a_superseded_page_opens_with_a_banner_linking_what_replaced_it(tmp_path):
+    from headsweep.reports import questions as Q
+
+    questions = Q.load()
+    out = tmp_path / "reports"
+    out.mkdir()
+    for page in ("kv_heads_init", "kv_heads_lr"):
+        (out / f"{page}.md").write_text(f"# {page}\n")
+    (banner,) = [line for line in Q.banner(questions, "kv_heads", out) if line]
+    assert banner.startswith("> **Earlier protocol, superseded by [kv_heads_init](kv_heads_init.md)**")
+    assert "[kv_heads_lr](kv_heads_lr.md), the current answer" in banner

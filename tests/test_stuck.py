@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from headsweep.reports import build as B
 from headsweep.reports import report as R
 from headsweep.reports import report_stuck as S
 from headsweep.reports.report_convergence import last_third_share
@@ -187,7 +188,7 @@ def test_a_bad_stuck_threshold_is_one_line_and_writes_nothing(sweep_root, tmp_pa
         ["--stuck-threshold", "inf"],
         ["--stuck-threshold", "abc"],
     ):
-        assert R.main(["--sweep", "table3_a", "--root", str(sweep_root), "--out", str(out), *bad]) == 2, bad
+        assert B.main(["--sweep", "table3_a", "--root", str(sweep_root), "--out", str(out), *bad]) == 2, bad
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: --stuck-threshold: got ") and "between 0 and 10" in err
         assert not out.exists()

@@ -7,6 +7,7 @@ Everything is inline: the page needs no network, and its images are files beside
 from __future__ import annotations
 
 import html
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 from markdown_it import MarkdownIt
@@ -24,7 +25,11 @@ img{max-width:100%;height:auto}
 figure{margin:1em 0}figcaption{font-size:90%;color:#444;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}
 code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-wrap:anywhere}
-#cells table{font-size:12px}
+#cells table{font-size:12px;display:table;overflow:visible}
+#questions table{font-size:12.5px;line-height:1.3}#questions td,#questions th{text-align:left}
+#questions td:first-child{width:24%}#questions td:nth-child(3){width:30%;color:#555}
+#cells thead th{position:sticky;top:0;z-index:1;box-shadow:0 1px 0 #ccc}
+blockquote{border-left:4px solid #c60;background:#fff4e5;margin:.6em 0;padding:.2em .8em}
 #filter{font-size:14px;padding:3px 6px;width:30em;max-width:100%}
 """
 
@@ -64,6 +69,18 @@ def page_href(href: str) -> str:
     return urlunsplit(parts._replace(path=parts.path[: -len(".md")] + ".html"))
 
 
+def slug(text: str) -> str:
+    """GitHub's anchor for a heading (lower case, punctuation but - and _ dropped, spaces to hyphens), so a
+    contents list's #links work on the page and on the markdown twin alike."""
+    return re.sub(r"\s", "-", re.sub(r"[^\w\- ]", "", text.strip().lower()))
+
+
+def _heading_ids(state) -> None:
+    for i, token in enumerate(state.tokens):
+        if token.type == "heading_open" and not token.attrGet("id") and i + 1 < len(state.tokens):
+            token.attrSet("id", slug(state.tokens[i + 1].content))
+
+
 def _links_to_pages(state) -> None:
     for token in state.tokens:
         for child in token.children or ():
@@ -73,6 +90,7 @@ def _links_to_pages(state) -> None:
 
 _MD = MarkdownIt("commonmark", {"html": True}).enable("table")
 _MD.core.ruler.push("links_to_pages", _links_to_pages)
+_MD.core.ruler.push("heading_ids", _heading_ids)
 
 
 def render(markdown: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import re
 import statistics
 import sys
 from collections import Counter
@@ -377,7 +378,9 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
     png = figure(points, out / "explain-bleu-dk.png")
     precisions = sorted({p.precision for p in points})
     lines = [
-        f"# Heads or head width? Every cell of {', '.join(sweeps)} ({steps} steps each)",
+        f"# Heads or head width? Every cell at {steps} steps",
+        "",
+        f"Sweeps read ({len(sweeps)}): {', '.join(sweeps)}.",
         "",
         f"{result['n']} runs in {len({(p.h, p.d_k, p.d_model) for p in points})} cells, every one trained under "
         f"{', '.join(f'{k} {v}' for k, v in protocol.items())} ({why}; runs of another protocol are left out, "
@@ -406,7 +409,21 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
         lines.append(f"| {name} | {t['coef']:+.2f} | [{t['lo']:+.2f}, {t['hi']:+.2f}] | {fmt_p(t['p'])} |")
     lines += ["", f"R² {result['r2']:.2f}, residual sd {result['sigma']:.2f} BLEU, {result['dof']} degrees of freedom."]
     lines += influence_lines(fit_without_each_cell(points))
-    best = best_h_by_width(points)
+    best, best_protocol = best_h_by_width(points), protocol
+    if not best:
+        # row A at several widths ran under another protocol only (xavier): its best h, said to be that protocol's
+        for other in sorted({r.flat.get("model.init") for runs, _ in loaded.values() for r in runs} - {None}):
+            if other == protocol.get("model.init"):
+                continue
+            best_protocol = protocol_of(loaded, other)
+            best = best_h_by_width(collect(root, sweeps, loaded, best_protocol)[0])
+            if best:
+                lines += [
+                    "",
+                    f"No row A cells at several widths under {words(protocol)}: the best h below is under "
+                    f"{words(best_protocol)}, the protocol those cells ran with.",
+                ]
+                break
     lines += best_h_lines(best)
     if best:
         png_h = best_h_figure(best, out / "explain-best-h.png")
@@ -415,16 +432,35 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
             md_figure(
                 png_h.name,
                 "Figure 2. Row A at each width: test BLEU against h (d_k = d_model / h), "
-                "mean ± sd over seeds; the best h ringed.",
+                f"mean ± sd over seeds; the best h ringed; under {words(best_protocol)}.",
             ),
         ]
     if left_out:
-        lines += ["", "Left out:", *[f"- {line}" for line in left_out]]
+        lines += ["", *left_out_summary(left_out)]
     path = out / "explain.md"
     md = with_back_link("\n".join(lines) + "\n")
     atomic_write(path, md)
     atomic_write(path.with_suffix(".html"), page(first_heading(md, "explain"), md))
     return path
+
+
+def words(protocol: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in protocol.items())
+
+
+def left_out_summary(left_out: list[str]) -> list[str]:
+    """The runs left out, one line per sweep with each reason counted (the reasons repeat per seed: a line per
+    run made the page end in hundreds of lines), the full list folded."""
+    by_sweep: dict[str, Counter] = {}
+    for line in left_out:
+        where, _, why = line.partition(": ")
+        why = re.sub(r"the same run as \S+", "the same run as another sweep's, counted there", why)
+        by_sweep.setdefault(where.split("/", 1)[0], Counter())[why] += 1
+    lines = [f"## Left out ({len(left_out)} runs)", ""]
+    for sweep, reasons in by_sweep.items():
+        lines.append(f"- {sweep}: " + "; ".join(f"{why} ({n})" for why, n in reasons.most_common()))
+    folded = ["<details><summary>Every run left out</summary>", "", *[f"- {x}" for x in left_out], "", "</details>"]
+    return [*lines, "", *folded]
 
 
 def at_the_ablation_budget(root: Path) -> tuple[dict[str, tuple[list, list]], list[str]]:

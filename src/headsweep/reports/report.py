@@ -2,7 +2,7 @@
 and .json (its cells, for the index), PNG plots, and reports/index.html linking every sweep's report and
 every prune report (`--sweep all`: every sweep under --root).
 
-    python -m headsweep.reports.report --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
+    python -m headsweep.reports.build --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
         [--stuck-threshold X]
 
 Reads nothing but the runs' results.json files under results/<sweep>/ and the files they name
@@ -19,7 +19,6 @@ budget was long enough (report_convergence). With WANDB_MODE=online the table al
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,14 +30,16 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.reports import questions as Q
 from headsweep.reports import report_convergence, report_stuck
 from headsweep.reports.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
 from headsweep.reports.report_lr import lr_section, split_grid_runs
-from headsweep.reports.report_plots import learning_curves, plots
+from headsweep.reports.report_plots import learning_curves, plots, seed_spread
+from headsweep.reports.report_protocol import protocol_lines
 from headsweep.reports.report_similarity import similarity_curves
-from headsweep.reports.report_site import index_record, write_index
+from headsweep.reports.report_site import index_record
 from headsweep.reports.report_table import (
     cell_details,
     decode_speed_columns,
@@ -54,7 +55,7 @@ from headsweep.reports.report_table import (
 )
 from headsweep.reports.significance import paired_bootstrap
 from headsweep.sizes import attention_flops
-from headsweep.store import RUNS, schema_note
+from headsweep.store import RUNS
 from headsweep.sweeps.init_check import init_check_section, update_check_section
 from headsweep.sweeps.paper import COLUMNS, table3
 from headsweep.sweeps.specs import follows_width
@@ -79,8 +80,9 @@ POOLING = (
 )
 PAPER = (
     "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
-    "en→de), the row with the same settings, sizes relative to the base cell (our base's d_model, N, d_ff, d_k, "
-    "d_v are the paper's base sizes); our PPL is per subword on our val split."
+    "en→de), the row with the same settings, sizes relative to the base cell: our base (its sizes in Protocol "
+    "above; d_model 256 by default) stands for the paper's base (d_model 512, N 6, d_ff 2048, d_k = d_v = 64), "
+    "so our d_k 16 at d_model 256 is the paper's d_k 32; our PPL is per subword on our val split."
 )
 FLOPS = (
     "Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
@@ -420,9 +422,11 @@ def sweep_markdown(
     info: dict,
     figures: list[tuple[Path, str]],
     section: str | None,
+    top: list[str] = (),
 ) -> str:
-    """The page: title, notes, the table and each cell's details, the findings, the figures, the head
-    analysis where the runs have one, the method."""
+    """The page: title, what it is (top: the banner of a superseded page, its question, protocol and
+    command, the pages of the same question), a contents list where it is long, notes, the table and each
+    cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
     findings = verdicts(cells)
     method = [
         POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),
@@ -438,9 +442,6 @@ def sweep_markdown(
     )
     status = incomplete(info["sweep"], cells) if info.get("sweep") else None
     md = [
-        f"# {head}",
-        "",
-        *([f"> {status}", ""] if status else []),
         *[f"- {n}" for n in notes_],
         "",
         *markdown_table(*table(cells, keys), align=True),
@@ -470,7 +471,9 @@ def sweep_markdown(
     ]
     if section:
         md += [section, ""]
-    return "\n".join(md + ["## Method", "", *[f"- {m}" for m in method], ""])
+    md += ["## Method", "", *[f"- {m}" for m in method], ""]
+    first = [f"> {status}", ""] if status else []
+    return "\n".join([f"# {head}", "", *first, *top, *Q.contents("\n".join(md)), "", *md])
 
 
 def analysis_section(sweep: str, cells: list[Cell], out_dir: Path) -> str | None:
@@ -530,9 +533,12 @@ def write_report(
     n_samples: int = 1000,
     stuck_threshold: float | None = None,
     pool: dict | None = None,
+    questions: list[dict] | None = None,
+    spread: float | None = None,
 ) -> list[Path]:
     """One sweep's report files. stuck_threshold: --stuck-threshold (None: chosen from the runs under root,
-    `pool` where the caller has it)."""
+    `pool` where the caller has it). questions: sweeps/_questions.yaml, loaded (read here when None).
+    spread: the seed sd a one-seed figure's y-range shows (seed_spread(root) when None)."""
     try:
         report_stuck.check_threshold(stuck_threshold)
     except ValueError as e:
@@ -557,6 +563,10 @@ def write_report(
             f"no usable runs in {sweep_dir} ({len(left_out)} left out); run or resume `make sweep SWEEP={sweep}` first"
         )
     cells = group_cells(runs)
+    # before any file is written: a page that cannot state its protocol is not written at all
+    top = protocol_lines(sweep, cells, grid_runs)
+    questions = Q.load(root=root) if questions is None else questions
+    top = [*Q.banner(questions, sweep, out_dir), *Q.question_block(questions, sweep, out_dir), *top]
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
@@ -569,12 +579,20 @@ def write_report(
     curves = learning_curves(sweep, cells, out_dir)
     lr_md, lr_figures = lr_section(sweep, cells, grid_runs, out_dir, root)
     similarity = similarity_curves(sweep, cells, out_dir)  # where runs logged it (issue 53)
-    figures = plots(sweep, cells, keys, out_dir) + [f for f in (curves, similarity) if f] + lr_figures
+    spread = seed_spread(root) if spread is None else spread
+    figures = plots(sweep, cells, keys, out_dir, spread) + [f for f in (curves, similarity) if f] + lr_figures
     head = title(sweep, cells, keys)
     checks = (init_check_section(cells), update_check_section(cells))  # at init, and in the first steps
     sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), *checks) if s]
     md = sweep_markdown(
-        head, notes(sweep_dir, runs, cells, info, left_out), cells, keys, info, figures, "\n\n".join(sections) or None
+        head,
+        notes(sweep_dir, runs, cells, info, left_out),
+        cells,
+        keys,
+        info,
+        figures,
+        "\n\n".join(sections) or None,
+        top,
     )
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
     md = with_back_link(md)
@@ -608,48 +626,3 @@ def stuck_threshold_arg(text: str | None) -> float | None:
         return report_stuck.check_threshold(value)
     except ValueError as e:
         raise ReportError(str(e)) from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a; all: every sweep under --root")
-    parser.add_argument(
-        "--root",
-        type=Path,
-        default=Path("results"),
-        help="where the sweeps' finished runs are (results/<sweep>/<run>; multirun for run directories)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("reports"), help="where the report goes")
-    parser.add_argument("--samples", type=int, default=1000, help="paired bootstrap resamples")
-    # a string, checked below: argparse's own type error would print the usage line as well
-    parser.add_argument(
-        "--stuck-threshold",
-        default=None,
-        metavar="X",
-        help="early val loss above the base's median (nats per subword, 0 < X < 10) from which a "
-        "run counts as stuck; default: chosen from every sweep's runs under --root",
-    )
-    args = parser.parse_args(argv)
-    try:
-        threshold = stuck_threshold_arg(args.stuck_threshold)
-        names = sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
-        if not names:
-            raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
-        pool = None if threshold is not None else early_pool(args.root)  # once for every sweep
-        paths = [p for name in names for p in write_report(name, args.root, args.out, args.samples, threshold, pool)]
-        if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.table3)
-            from headsweep.reports.table3 import write as write_table3
-
-            paths += write_table3(args.root, args.out, n_samples=args.samples)
-    except ReportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    paths += write_index(args.out, args.root)
-    print("wrote " + ", ".join(str(p) for p in paths))
-    if note := schema_note():
-        print(note)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,9 +5,10 @@
 The site, read from the HTML files (no browser needed; pure functions on what the pages hold, so each is
 tested on tiny pages): every page is reachable by links from index.html and links back to it; no p-value
 prints as 0.000 (in the text, or in a table column headed p...); no figure repeats a tick label on an axis
-or draws two labels over each other (read from the .ticks.json that reporting.plots.save_figure writes
-beside each PNG: a PNG shows no ticks to a browser; a figure without one is named, not failed: an older
-command drew it); every markdown twin's links open files that are there, twins rather than pages (GitHub).
+or draws two labels over each other, and no legend covers a plotted point (read from the .ticks.json
+that reporting.plots.save_figure writes beside each PNG: a PNG shows no ticks or boxes to a browser; a
+figure without one is named, not failed: an older command drew it); every markdown twin's links open files
+that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
@@ -27,7 +28,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from headsweep.reporting.plots import ticks_path
+from headsweep.reporting.plots import covered, ticks_path
 
 WIDTH, HEIGHT = 1280, 900
 
@@ -179,6 +180,18 @@ def tick_problems(record: dict) -> list[str]:
     return found
 
 
+def legend_problems(record: dict) -> list[str]:
+    """A figure's legend drawn over plotted points (save_figure records each legend's box and the points, in
+    the PNG's pixels)."""
+    found = []
+    for entry in record.get("legends", []):
+        under = covered(entry["legend"], entry.get("points", []))
+        if under:
+            where = f"{record.get('figure', '?')} ({entry.get('title') or 'untitled axes'})"
+            found.append(f"{where}: the legend covers {len(under)} plotted point{'s' * (len(under) > 1)}")
+    return found
+
+
 def figure_problems(page: Path, facts: dict) -> tuple[list[str], list[str]]:
     """The page's figures' tick problems, and its figures with no tick record (drawn by an older command)."""
     found, unrecorded = [], []
@@ -188,7 +201,8 @@ def figure_problems(page: Path, facts: dict) -> tuple[list[str], list[str]]:
             continue  # a broken image: the browser check names it
         record = ticks_path(png)
         if record.is_file():
-            found += tick_problems(json.loads(record.read_text()))
+            drawn = json.loads(record.read_text())
+            found += tick_problems(drawn) + legend_problems(drawn)
         else:
             unrecorded.append(src)
     return found, unrecorded

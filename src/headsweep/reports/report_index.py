@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from headsweep.reports.cells import Cell, Run
+from headsweep.reports.report_protocol import rate_text
 from headsweep.reports.report_table import fmt, reader_name
 from headsweep.store import experiment_settings
 from headsweep.training.runs import RESULTS
@@ -152,12 +153,71 @@ def columns(rows: list[dict]) -> list[str]:
     return [k for k in (*ALWAYS, *varied, *LAST) if k in union]
 
 
+# What each column holds, shown above the table (and the hover text of its header)
+DEFINITIONS = {
+    "question": "the question of sweeps/_questions.yaml its sweeps answer (sort by it to group the rows)",
+    "cell, in sweeps": "the cell's name (h, d_k, d_v and what else it sets; where several rows share a name, "
+    "the settings that tell them apart in brackets), then each sweep holding its runs (`base`: that sweep's base)",
+    "h": "attention heads per layer",
+    "d_k": "query/key width per head",
+    "d_v": "value width per head",
+    "d_model": "model width",
+    "d_ff": "feed-forward width",
+    "N": "layers in the encoder and in the decoder",
+    "kv heads": "key/value heads shared by the h query heads (h: none shared)",
+    "fixed enc": "encoder self-attention heads with a fixed positional pattern",
+    "fixed dec": "decoder self-attention heads with a fixed positional pattern",
+    "fixed cross": "cross-attention heads with a fixed positional pattern",
+    "head drop": "probability of dropping a whole head in training",
+    "kv gain": "the factor on W^K and W^V at init (1: the init's own scale)",
+    "peak lr": "the learning rate at the end of warm-up",
+    "device": "cpu or gpu",
+    "steps": "trainer.max_steps (× the most common; * a run stopped early)",
+    "precision": "training precision (32-true: fp32; bf16-mixed)",
+    "init": "the attention projections' init (xavier: the earlier protocol's; fan_in: the current)",
+    "decay by": "what the schedule's decay follows (steps, or the larger of step and time shares)",
+    "runs": "distinct runs (seeds) pooled",
+    "BLEU": "test BLEU (beam 4), mean ± sd over seeds",
+    "PPL": "test perplexity per subword, mean ± sd over seeds",
+}
+
+
+def definition(head: str) -> str:
+    return DEFINITIONS.get(head, "the setting of that name (every run records it in results.json)")
+
+
 def header(key: str) -> str:
     return HEADERS.get(key) or reader_name(key)
 
 
-def value(v) -> str:
-    return "—" if v is None else f"{v:.4g}" if isinstance(v, float) and not v.is_integer() else str(v)
+# One number format per quantity, whatever value a row holds: rates as 2e-3, gains to 3 digits
+FORMATS = {"module.peak_lr": rate_text, "model.init_kv_gain": lambda v: f"{v:.3g}"}
+
+
+def value(v, key: str | None = None) -> str:
+    if v is None:
+        return "—"
+    if key in FORMATS and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return FORMATS[key](v)
+    return f"{v:.4g}" if isinstance(v, float) and not v.is_integer() else str(v)
+
+
+def distinguished(rows: list[dict], keys: list[str]) -> list[str]:
+    """Each row's name; a name several rows share gets the settings that tell those rows apart."""
+    by_label: dict[str, list[dict]] = {}
+    for row in rows:
+        by_label.setdefault(row["label"], []).append(row)
+    names = []
+    for row in rows:
+        same = by_label[row["label"]]
+        if len(same) == 1:
+            names.append(row["label"])
+            continue
+        differ = [k for k in keys if len({json.dumps(r["settings"].get(k)) for r in same}) > 1]
+        names.append(
+            row["label"] + " (" + ", ".join(f"{header(k)} {value(row['settings'].get(k), k)}" for k in differ) + ")"
+        )
+    return names
 
 
 def steps_text(row: dict, usual: int | None) -> str:
@@ -183,22 +243,27 @@ def mean_sd_text(values: list[float], digits: int) -> str:
     return fmt(statistics.fmean(values), digits, statistics.stdev(values) if len(values) > 1 else None)
 
 
-def table(records: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """The index's table: its header and one row per experiment (markdown cells)."""
+def table(records: list[dict], asks: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The index's table: its header and one row per experiment (markdown cells). asks: {sweep: the id of
+    the question it answers}, for the question column."""
+    asks = asks or {}
     rows = experiments(records)
     keys = columns(rows)
     usual = Counter(r["settings"].get("trainer.max_steps") for r in rows).most_common(1)[0][0] if rows else None
-    head = ["cell, in sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
+    head = ["question", "cell, in sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
     body = []
-    for row in rows:
+    for row, name in zip(rows, distinguished(rows, keys)):
+        asked = sorted({asks[sweep] for sweep, *_ in row["where"] if sweep in asks})
         _, named_page, named_anchor, _ = row["where"][row["named_in"]]
         md_page = Path(named_page).with_suffix(".md").as_posix()
         sweeps = ", ".join(
             f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
             for sweep, page, anchor, base in row["where"]
         )
-        cells = [f"[{row['label']}]({md_page}#{named_anchor})<br>in {sweeps}"]  # one column: the table fits 1,280 px
-        cells += [steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k)) for k in keys]
+        cells = [", ".join(asked) or "—", f"[{name}]({md_page}#{named_anchor})<br>in {sweeps}"]  # fits 1,280 px
+        cells += [
+            steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k), k) for k in keys
+        ]
         cells += [
             runs_text(row["runs"]),
             mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),

@@ -8,14 +8,56 @@ import statistics
 from pathlib import Path
 
 from headsweep.reporting.plots import pyplot, save_figure
-from headsweep.reports.cells import Cell, learning_curve
+from headsweep.reports.cells import Cell, group_cells, learning_curve, load_runs
+from headsweep.reports.report_lr import split_grid_runs
 from headsweep.reports.report_table import display, reader_name, varies
 from headsweep.sweeps.specs import label_part
 
 
-def plots(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> list[tuple[Path, str]]:
-    """The BLEU plot, and the parameters plot where parameters differ between cells."""
-    figures = [bleu_plot(sweep, cells, keys, out_dir)]
+def seed_spread(root: Path) -> float | None:
+    """What one seed's noise is, measured: the median over every cell with 3 or more seeds under root (each
+    set of runs once, whichever sweeps hold it) of the sd of its seeds' test BLEU. None where no cell has 3.
+    A one-seed figure spans at least 4 of these, so a gap inside the seed noise looks like one."""
+    sds, seen = [], set()
+    for sweep_dir in sorted(d for d in root.iterdir() if d.is_dir() and d.name != "runs") if root.is_dir() else []:
+        runs = split_grid_runs(load_runs(sweep_dir, sweep_dir.name)[0])[0]
+        for c in group_cells(runs) if runs else []:
+            values = tuple(sorted(c.values("test/bleu")))
+            if len(values) >= 3 and values not in seen:
+                seen.add(values)
+                sds.append(statistics.stdev(values))
+    return statistics.median(sds) if sds else None
+
+
+def one_seed(cells: list[Cell]) -> bool:
+    return {len(c.runs) for c in cells} == {1}
+
+
+def honest_range(ax, cells: list[Cell], spread: float | None) -> str:
+    """A one-seed figure's y-range: at least 4 seed sds wide about its points, and the base's ± 1 sd shaded,
+    so a reader sees how much of a gap one seed's noise could make. The caption's words for it."""
+    if not one_seed(cells) or not spread:
+        return ""
+    lo, hi = ax.get_ylim()
+    if hi - lo < 4 * spread:
+        mid = (lo + hi) / 2
+        ax.set_ylim(mid - 2 * spread, mid + 2 * spread)
+    base = next((c for c in cells if c.base), None)
+    if base is not None:
+        y = base.row["test_bleu"]
+        ax.axhspan(y - spread, y + spread, color="C1", alpha=0.12, lw=0, label=f"base ± one seed sd ({spread:.2f})")
+    return (
+        f" One seed per cell: the y-range spans at least 4 seed sds ({spread:.2f} BLEU: the median sd over "
+        "seeds of every cell with 3 or more seeds in results/), the base's ± 1 sd shaded."
+    )
+
+
+def plots(
+    sweep: str, cells: list[Cell], keys: list[str], out_dir: Path, spread: float | None = None
+) -> list[tuple[Path, str]]:
+    """The BLEU plot, and the parameters plot where parameters differ between cells. spread: one seed's sd
+    (seed_spread), for a one-seed figure's y-range."""
+    figures = [bleu_plot(sweep, cells, keys, out_dir, spread)]
     if varies(cells, "params_M"):
         figures.append(params_plot(sweep, cells, out_dir))
     return figures
@@ -70,7 +112,7 @@ def fmt_value(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
+def bleu_figure(sweep: str, cells: list[Cell], keys: list[str], spread: float | None = None):
     """The figure of test BLEU against the varied setting, and its caption."""
     plt = pyplot()
     x_key, split = bleu_axes(cells, keys)
@@ -152,7 +194,8 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
         ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label=display(base))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test BLEU")
-    ax.set_title(f"{sweep}: test BLEU vs {xlabel}")
+    ax.set_title(f"{sweep}: test BLEU vs {xlabel}" + (" (1 seed)" if one_seed(cells) else ""))
+    honesty = honest_range(ax, cells, spread)
     ax.legend(fontsize=8)
     fig.tight_layout()
     caption = (
@@ -168,11 +211,13 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str]):
         if stuck_shown
         else "."
     )
-    return fig, caption
+    return fig, caption + honesty
 
 
-def bleu_plot(sweep: str, cells: list[Cell], keys: list[str], out_dir: Path) -> tuple[Path, str]:
-    fig, caption = bleu_figure(sweep, cells, keys)
+def bleu_plot(
+    sweep: str, cells: list[Cell], keys: list[str], out_dir: Path, spread: float | None = None
+) -> tuple[Path, str]:
+    fig, caption = bleu_figure(sweep, cells, keys, spread)
     path = out_dir / f"{sweep}-bleu.png"
     save_figure(fig, path, dpi=120)
     pyplot().close(fig)
@@ -197,7 +242,7 @@ def params_figure(sweep: str, cells: list[Cell]):
         )
     ax.set_xlabel("parameters (M)")
     ax.set_ylabel("test BLEU")
-    ax.set_title(f"{sweep}: test BLEU vs parameters")
+    ax.set_title(f"{sweep}: test BLEU vs parameters" + (" (1 seed)" if one_seed(cells) else ""))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig, f"Test BLEU against the number of parameters, {over_seeds(cells)}; one colour per cell."
@@ -241,7 +286,7 @@ def learning_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Path,
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{sweep}: learning curves, {over_seeds(cells)}")
+    fig.suptitle(f"{sweep}: learning curves, {over_seeds(cells)}" + (" (1 seed)" if one_seed(cells) else ""))
     fig.tight_layout()
     path = out_dir / f"{sweep}-curves.png"
     save_figure(fig, path, dpi=110)

@@ -18,10 +18,19 @@ from headsweep.sweeps.paper import COLUMNS
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
 
 
+# Settings whose last part alone would not say what they are ("enc self": heads of what?)
+READER_NAMES = {
+    "model.fixed_heads.enc_self": "fixed enc-self heads",
+    "model.fixed_heads.dec_self": "fixed dec-self heads",
+    "model.fixed_heads.cross": "fixed cross heads",
+    "model.init_kv_gain": "K/V init gain",
+}
+
+
 def reader_name(key: str) -> str:
     """Table 3's name for its settings (h, d_k, P_drop, ...), else the key's last part in words
-    (model.head_dropout -> head dropout)."""
-    return COLUMNS.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
+    (model.head_dropout -> head dropout); fixed heads by the attention they fix (READER_NAMES)."""
+    return COLUMNS.get(key) or READER_NAMES.get(key) or key.rsplit(".", 1)[-1].replace("_", " ")
 
 
 def display(cell: Cell) -> str:
