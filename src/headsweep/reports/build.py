@@ -18,6 +18,7 @@ from headsweep.reports.cells import ReportError
 from headsweep.reports.report_plots import seed_spread
 from headsweep.reports.report_site import write_index
 from headsweep.reports.table3 import write as write_table3
+from headsweep.store import schema_note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print("wrote " + ", ".join(str(p) for p in paths))
-    if note := report.schema_note():
+    if note := schema_note():
         print(note)
     return 0
 
