@@ -156,8 +156,12 @@ def test_with_nothing_per_head_identical_heads_stay_identical(dtype, tolerance, 
 def test_shared_kv_heads_and_the_per_head_layout_keep_the_symmetry_too(layout):
     """kv_heads 2: each kv head serves 2 query heads that are alike, so the kv heads' summed gradients are too."""
     net = built(init_heads="identical", **layout)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    train_steps(net, steps=3)
+    try:
+        train_steps(net, steps=3)
+    finally:
+        torch.set_num_threads(threads)  # the process's threads are other tests' too (test_train compares them)
     assert largest_head_difference(net) <= 1e-6  # fp32; the per-head layout's matmuls are separate calls
 
 
