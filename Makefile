@@ -43,7 +43,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup lint train smoke test test-all bench params evaluate sweep table3 table3-report migrate-results results-check report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -96,6 +96,10 @@ sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS
 		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(UPDATE_MARGIN),--update-margin=$(UPDATE_MARGIN)) $(if $(DRY),--dry) $(ARGS)
 
 .PHONY: wandb-spec
+checks: setup  ## Every cell's init check and update check (10 Adam steps at its rate), nothing else trained: make checks SWEEP=table3_b_fan_in [LR_GRID=1e-3,2e-3 UPDATE_MARGIN=0.5]
+	$(PY) -m headsweep.sweeps.sweep --sweep $(SWEEP) --checks $(if $(LR_GRID),--lr-grid=$(LR_GRID)) \
+		$(if $(UPDATE_MARGIN),--update-margin=$(UPDATE_MARGIN)) $(ARGS)
+
 wandb-spec: setup  ## The full W&B spec of a sweep (base + spec + variant) for `wandb sweep`: make wandb-spec SWEEP=heads_fixed_dk_fp32
 	$(PY) -m headsweep.sweeps.specs wandb $(SWEEP) --out outputs/wandb-specs/$(SWEEP).yaml
 

@@ -160,3 +160,40 @@ def test_the_report_section_reads_each_cells_recorded_check():
     assert section[-1].startswith("| h32 |") and "enc_self 2." in section[-1]
     old = [SimpleNamespace(label="h8", runs=[run(f8, None)])]
     assert update_check_section(old) == ""  # runs recorded before issue 54: no section
+
+
+def test_make_checks_prints_both_tables_per_rate_and_trains_nothing(tmp_path, capsys):
+    """`make checks SWEEP=.. LR_GRID=..`: every cell's init and update tables at each rate; at 2e-3 the h 32 row
+    is flagged in the table."""
+    import yaml
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    spec = {
+        "method": "grid",
+        "parameters": {"model": {"values": ["{heads:8,d_k:32,d_v:32}", "{heads:32,d_k:32,d_v:32}"]}},
+    }
+    (specs / "two.yaml").write_text(yaml.safe_dump(spec))
+    root = tmp_path / "mr"
+    argv = ["--sweep", "two", "--checks", "--lr-grid", "5e-4,2e-3", "--specs", str(specs), "--root", str(root)]
+    assert S.main(argv) == 0
+    out = capsys.readouterr().out
+    at = {lr: part for lr, part in zip(("5e-4", "2e-3"), out.split("two at module.peak_lr=")[1:])}
+    for lr, part in at.items():
+        assert part.startswith(f"{float(lr):g}") and "At init:" in part and "First steps:" in part, lr
+        rows = [line for line in part.splitlines() if line.startswith("| h32-dk32-dv32 |")]
+        assert len(rows) == 2, part  # one row in each table
+        assert f"lr {float(lr):g}, lr_scaling none" in rows[1]
+    assert "enc_self 2." in at["2e-3"].splitlines()[-1]  # flagged: about 2x the base's
+    assert not root.exists()  # no job folder, nothing trained
+
+
+def test_a_shared_kv_head_is_named_as_what_moves():
+    """kv_heads 1 moves no fan-in, yet its attention moves about 1.3x the base's in the first steps: one K/V head
+    read by 8 query heads. With a margin tight enough to flag it, the line says so rather than blaming a fan-in."""
+    cells = {"h8": cell(BASE), "kv1": cell([*BASE, "model.kv_heads=1"])}
+    ratios = [cells["kv1"][1]["change"][k] / cells["h8"][1]["change"][k] for k in cells["h8"][1]["change"]]
+    assert all(1.1 < r < 1 + UPDATE_MARGIN for r in ratios), ratios
+    labels = list(cells)
+    found = update_lines("s", labels, [c[0] for c in cells.values()], [c[1] for c in cells.values()], 0.1)
+    assert len(found) == 1 and "no fan-in moves; W^K and W^V are shared by 8 query heads (base 1)" in found[0], found

@@ -284,6 +284,13 @@ def fan_in_cause(flat: dict, base: dict, check: dict) -> str:
     }
     moved = [f"{name} {fan(flat)} (base {fan(base)})" for name, fan in fans.items() if fan(flat) != fan(base)]
     if not moved:
+        kv, base_kv = (f.get("model.kv_heads") or f["model.heads"] for f in (flat, base))
+        if kv != base_kv:  # no fan-in moves, but one K/V head's step reaches every query head that shares it
+            return (
+                f"no fan-in moves; W^K and W^V are shared by {flat['model.heads'] // kv} query heads (base "
+                f"{base['model.heads'] // base_kv}), so one step of theirs moves that many heads' logits and values "
+                "alike: the heads' changes add up rather than averaging out"
+            )
         return "no fan-in moves (h, d_v and d_ff give the base's): the attention itself takes other steps"
     if check.get("lr_scaling") == "mup":
         return f"{', '.join(moved)}, already scaled by module.lr_scaling=mup: something else moves"

@@ -21,8 +21,10 @@ from headsweep.sweeps.init_check import (
     bases,
     check_margin,
     confound_lines,
+    init_check_table,
     measure,
     measure_update,
+    update_check_table,
     update_lines,
     update_settings,
 )
@@ -85,12 +87,14 @@ def plan(
     only: list[str] = (),
     name_as: str | None = None,
     update_margin: float | None = None,
+    tables: bool = False,
 ) -> Sweep:
     """Every job of the sweep, checked before any runs; a finished run in `results` that a job can take
     over is noted on the job (headsweep.sweeps.reuse). `name_as`: the sweep's own name (its folders in
     multirun/ and results/, its W&B tag) when it is not the spec's, e.g. table3_a_h100 for the spec table3_a
     run on a GPU. `update_margin`: run the update check (init_check.update_lines) with that margin; None: not
-    (`make sweep` runs it; it trains each cell a few steps, seconds a cell)."""
+    (`make sweep` runs it; it trains each cell a few steps, seconds a cell). `tables`: also print both checks'
+    tables, every cell (`make checks`)."""
     if update_margin is not None:
         try:
             update_margin = check_margin(update_margin)
@@ -142,6 +146,11 @@ def plan(
         steps = [measure_update(c[4], update_settings(c[0]), seed_list[0]) for c in composed]
         for line in update_lines(name, labels, [c[0] for c in composed], steps, update_margin):
             print(line, flush=True)
+    if tables:
+        flats = [c[0] for c in composed]
+        print("\n".join(["At init:", *init_check_table(labels, flats, checks)]), flush=True)
+        if update_margin is not None:
+            print("\n".join(["First steps:", *update_check_table(labels, flats, steps, update_margin)]), flush=True)
 
     sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu, spec=spec_name)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []

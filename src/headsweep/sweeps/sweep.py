@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
         "--only", default="", help="run only the jobs whose names match one of these comma-separated globs, e.g. '*-s3'"
     )
     parser.add_argument("--dry", action="store_true", help="list the jobs, done or to run; run nothing")
+    parser.add_argument(
+        "--checks",
+        action="store_true",
+        help="print every cell's init check and update check (its first steps at its rate), then stop; "
+        "nothing trains beyond the check's few steps",
+    )
     parser.add_argument("--root", type=Path, default=Path("multirun"), help="where the sweeps' runs go")
     parser.add_argument(
         "--results",
@@ -121,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(str(e)) from None
         # the update check trains each cell a few steps (seconds a cell; tens at the paper's sizes on a CPU):
         # before a command that trains, not in a --dry listing
-        args.update_margin = None if args.dry else args.update_margin
+        args.update_margin = None if args.dry and not args.checks else args.update_margin
+        if args.checks:
+            return print_checks(name, args, extra)
         if args.lr_grid:
             return run_lr_grid(name, args, extra)
         sweep = plan(
@@ -142,6 +150,28 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+def print_checks(name: str, args: argparse.Namespace, extra: list[str]) -> int:
+    """Both checks' tables for every cell, at each rate of --lr-grid (else the config's), nothing trained."""
+    from headsweep.sweeps.lr_select import parse_grid
+
+    rates = parse_grid(args.lr_grid) if args.lr_grid else [None]
+    for lr in rates:
+        if lr is not None:
+            print(f"\n{name} at module.peak_lr={lr:g}", flush=True)
+        plan(
+            name,
+            1,
+            [*extra, *([f"module.peak_lr={lr}"] if lr is not None else [])],
+            budget=args.budget,
+            specs_dir=args.specs,
+            root=args.root,
+            results=None,
+            update_margin=args.update_margin,
+            tables=True,
+        )
+    return 0
 
 
 def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
