@@ -165,3 +165,23 @@ def test_wandb_that_cannot_start_steps_down_a_mode_and_says_why(tmp_path, monkey
     assert asked == ["offline", "disabled"]
     assert not (tmp_path / "wandb").exists() or not any((tmp_path / "wandb").glob("offline-run-*"))
     wandb.finish()
+
+
+def test_a_cell_tag_longer_than_wandb_allows_is_cut_to_one_it_accepts():
+    """heads_identical's cells are named by four settings: `cell-h8-...-noise0.01` is 66 characters, and W&B
+    refused to start such a run (wandb.Settings: tags of 1-64 characters), failing the job before step one."""
+    import wandb
+    from omegaconf import OmegaConf
+
+    from headsweep.training.train import WANDB_TAG_CHARS, wandb_tags
+
+    long = "cell-h8-dk32-dv32-attndrop0-head_dropout0-init-identical-noise0.01"
+    other = "cell-h8-dk32-dv32-attndrop0-head_dropout0-init-identical-noise0.02"
+    with pytest.raises(Exception, match="64 characters"):
+        wandb.Settings(run_tags=(long,))
+    cfg = OmegaConf.create({"sweep": "heads_identical"})
+    tags = wandb_tags(cfg, OmegaConf.create({"tags": ["base", long]}))
+    assert tags[0] == "base" and tags[-1] == "heads_identical"  # short tags unchanged, the sweep's added
+    assert len(tags[1]) == WANDB_TAG_CHARS and tags[1].startswith(long[:50])
+    assert wandb.Settings(run_tags=tuple(tags)).run_tags == tuple(tags)
+    assert wandb_tags(cfg, OmegaConf.create({"tags": [other]}))[0] != tags[1]  # still one tag per cell

@@ -5,6 +5,7 @@ steps on the finished run directory (head analysis, export)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import warnings
@@ -309,10 +310,23 @@ def start_wandb(c: DictConfig, info: dict, run: dict, out_dir: Path):
             fall_back(info, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}", out_dir)
 
 
+WANDB_TAG_CHARS = 64  # wandb.Settings refuses a longer tag, and the run would not start
+
+
 def wandb_tags(cfg: DictConfig, c: DictConfig) -> list[str]:
-    """The configured tags and the sweep's name, so a dashboard filters a sweep by tag as well as job type."""
+    """The configured tags and the sweep's name, so a dashboard filters a sweep by tag as well as job type; a tag
+    longer than W&B allows (a cell of several settings: cell-h8-...-noise0.01) is cut and given a hash of the
+    whole, so it still names one cell (its W&B group and results.json keep the full name)."""
     tags = list(c.get("tags") or [])
-    return tags + [cfg.sweep] if cfg.get("sweep") and cfg.sweep not in tags else tags
+    tags = tags + [cfg.sweep] if cfg.get("sweep") and cfg.sweep not in tags else tags
+    return [wandb_tag(str(t)) for t in tags]
+
+
+def wandb_tag(tag: str) -> str:
+    if len(tag) <= WANDB_TAG_CHARS:
+        return tag
+    digest = hashlib.sha1(tag.encode()).hexdigest()[:8]
+    return f"{tag[: WANDB_TAG_CHARS - len(digest) - 1]}~{digest}"
 
 
 def fall_back(info: dict, reason: str, out_dir: Path) -> None:
