@@ -197,3 +197,13 @@ def test_a_shared_kv_head_is_named_as_what_moves():
     labels = list(cells)
     found = update_lines("s", labels, [c[0] for c in cells.values()], [c[1] for c in cells.values()], 0.1)
     assert len(found) == 1 and "no fan-in moves; W^K and W^V are shared by 8 query heads (base 1)" in found[0], found
+
+
+def test_identical_heads_are_flagged_for_their_w_o_step():
+    """Identical heads get one gradient: their 8 W^O blocks (each 1/sqrt(8) of the base's scale) take the same step,
+    so the layer's W^O moves sqrt(8) times as far for its size. The check flags the encoder's and names that cause."""
+    cells = {"h8": cell(BASE), "same": cell([*BASE, "model.init_heads=identical"])}
+    ratios = [cells["same"][1]["change"][k] / cells["h8"][1]["change"][k] for k in cells["h8"][1]["change"]]
+    assert all(r > 1.2 for r in ratios), ratios
+    found = lines(cells)
+    assert len(found) == 1 and "the 8 heads start identical and get the same gradient" in found[0], found

@@ -283,6 +283,12 @@ def fan_in_cause(flat: dict, base: dict, check: dict) -> str:
         "W_2's fan-in d_ff": lambda f: f["model.d_ff"],
     }
     moved = [f"{name} {fan(flat)} (base {fan(base)})" for name, fan in fans.items() if fan(flat) != fan(base)]
+    if not moved and flat.get("model.init_heads") == "identical" != base.get("model.init_heads"):
+        return (
+            f"no fan-in moves; the {flat['model.heads']} heads start identical and get the same gradient, so their "
+            f"W^O blocks (each 1/sqrt(h) of the base's scale) take the same Adam step together: one head whose W^O "
+            f"moves sqrt(h) times as far relative to its size"
+        )
     if not moved:
         kv, base_kv = (f.get("model.kv_heads") or f["model.heads"] for f in (flat, base))
         if kv != base_kv:  # no fan-in moves, but one K/V head's step reaches every query head that shares it
