@@ -79,9 +79,15 @@ def similarity_curves(sweep: str, cells: list[Cell], out_dir: Path) -> tuple[Pat
                 if row == len(MEASURES) - 1:
                     ax.set_xlabel("training step")
                 ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    # one legend under the grid: cell names are long, and a legend inside an axes squeezed its column
+    named = {}
+    for ax in (a for row in axes for a in row):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            named.setdefault(label, handle)
+    rows = -(-len(named) // 2)
+    fig.legend(list(named.values()), list(named), loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.suptitle(f"{sweep}: how alike each layer's heads are (mean over pairs of heads of a layer, over layers)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.01, 1, 0.97))
     path = out_dir / f"{sweep}-head-similarity.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)
