@@ -86,6 +86,52 @@ def train_steps(net, steps: int = 5, dtype=torch.float32) -> list[tuple[torch.Te
     return first
 
 
+def test_identical_heads_train_as_one_head_of_width_d_v_whose_w_o_has_h_times_the_rate():
+    """What a layer of h identical heads is: one head of the same d_k, d_v, whose W^O is the sum of the h blocks and
+    moves h times as far per Adam step (each block gets one head's gradient, Adam's step is per element). Built
+    from the same weights, an h = 1 model with W^O's rate x h follows the identical model step for step, and with
+    every rate equal it does not. So against heads_fixed_dk's h 1 cell the identical cells differ in W^O's rate."""
+    h, src_tgt = SMALL["heads"], synthetic_batch(TransformerConfig(**SMALL))
+    same = built(init_heads="identical", dropout=0.0, d_k=16, d_v=16)
+    one = built(heads=1, dropout=0.0, d_k=16, d_v=16)
+    with torch.no_grad():
+        ours = dict(one.named_parameters())
+        for name, p in same.named_parameters():
+            if name.endswith(
+                ("q_proj.weight", "k_proj.weight", "v_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias")
+            ):
+                ours[name].copy_(p[:16])  # head 0's slice: every head's
+            elif name.endswith("out_proj.weight"):
+                ours[name].copy_(
+                    p.unflatten(1, (h, 16)).sum(1)
+                )  # the h blocks add up: Concat(o, .., o) W^O = o sum_i W^O_i
+            else:
+                ours[name].copy_(p)
+
+    def logits_after(net, w_o_factor: float, steps: int = 6) -> torch.Tensor:
+        net = net.train()
+        w_o = [p for n, p in net.named_parameters() if n.endswith("out_proj.weight")]
+        rest = [p for n, p in net.named_parameters() if not n.endswith("out_proj.weight")]
+        groups = [{"params": rest}, {"params": w_o, "lr": 2e-3 * w_o_factor}]
+        opt = torch.optim.Adam(groups, lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
+        for step in range(steps):
+            src, tgt = synthetic_batch(net.cfg, seed=step + 1)
+            loss = torch.nn.functional.cross_entropy(net(src, tgt[:, :-1]).transpose(1, 2), tgt[:, 1:], ignore_index=0)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            return net.eval()(*src_tgt)
+
+    import copy
+
+    start = (same.eval()(*src_tgt), one.eval()(*src_tgt))
+    torch.testing.assert_close(start[0], start[1], rtol=1e-5, atol=1e-5)  # the same function at init
+    after = logits_after(same, 1.0)
+    torch.testing.assert_close(logits_after(copy.deepcopy(one), float(h)), after, rtol=1e-4, atol=1e-4)
+    assert (logits_after(one, 1.0) - after).abs().max() > 1e-2  # one rate for all: another model
+
+
 # ---- the init ----
 
 
