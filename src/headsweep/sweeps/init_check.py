@@ -351,7 +351,8 @@ def update_check_section(cells) -> str:
     """The report's section from each cell's first run's `update_check` (results.json); "" where no run has one."""
     labels, flats, checks = [], [], []
     for c in cells:
-        run = min(c.runs, key=lambda r: r.seed)
+        by_seed = sorted(c.runs, key=lambda r: r.seed)  # the first seed that measured it (older runs did not)
+        run = next((r for r in by_seed if r.results.get("update_check")), by_seed[0])
         labels.append(c.label)
         flats.append(run.flat)
         checks.append(run.results.get("update_check"))
