@@ -1001,9 +1001,9 @@ def test_a_model_another_sweep_trained_is_analysed_not_trained_again(tmp_path, m
 
 
 def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cpu):
-    """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep>` plans under its default budget
-    (ablation), the same settings and seed, and counts as done: resuming a reference sweep never mixes
-    configs, and `make sweep SWEEP=table3_a DRY=1` lists its 18 jobs done."""
+    """Every job under results/<sweep>/ is the job `make sweep SWEEP=<sweep> SEEDS=<its highest seed>` plans under
+    its default budget (ablation), the same settings and seed, and counts as done: resuming a reference sweep never
+    mixes configs, and `make sweep SWEEP=table3_a DRY=1` lists its 18 jobs done."""
     shipped = SWEEPS_DIR.parent / "results"
     sweeps = sorted(d.name for d in shipped.iterdir() if d.name in NAMES)  # specs and variants alike
     assert {"table3_a", "table3_b", "heads_specialise", "heads_fixed_dk_fp32", "kv_heads_init"} <= set(sweeps)
@@ -1017,8 +1017,9 @@ def test_shipped_reference_results_are_done_under_their_budget(tmp_path, bf16_cp
             (grid,) = grids
             lr = LS.plan_lr(name, None, [], json.loads(grid), results=shipped, budget="ablation", root=tmp_path)
             jobs = lr.grid_sweep.jobs + LS.chosen_sweep(lr)[0].jobs
-        else:
-            jobs = P.plan(name, seeds=None, budget="ablation", root=tmp_path, results=shipped).jobs
+        else:  # seeds 1..N, N the highest on disk, as the report's "Reproduce" line (heads_identical: the base's s4)
+            seeds = max(int(d.rsplit("-s", 1)[1]) for d in on_disk)
+            jobs = P.plan(name, seeds=max(seeds, 3), budget="ablation", root=tmp_path, results=shipped).jobs
         assert on_disk <= {j.name for j in jobs}, name
         assert {j.name for j in jobs if j.done} == on_disk, name
     table3_a = P.plan("table3_a", seeds=None, budget="ablation", root=tmp_path, results=shipped)

@@ -26,6 +26,7 @@ import math
 import torch
 
 from headsweep.model import TransformerConfig
+from headsweep.model.attention import resolve_heads
 from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.sizes import model_of, shares_kv
@@ -290,7 +291,9 @@ def fan_in_cause(flat: dict, base: dict, check: dict) -> str:
             f"moves sqrt(h) times as far relative to its size"
         )
     if not moved:
-        kv, base_kv = (f.get("model.kv_heads") or f["model.heads"] for f in (flat, base))
+        kv, base_kv = (
+            resolve_heads(None, f["model.heads"], kv_heads=f.get("model.kv_heads")).kv_heads for f in (flat, base)
+        )
         if kv != base_kv:  # no fan-in moves, but one K/V head's step reaches every query head that shares it
             return (
                 f"no fan-in moves; W^K and W^V are shared by {flat['model.heads'] // kv} query heads (base "
