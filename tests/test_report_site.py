@@ -456,6 +456,22 @@ def test_a_report_killed_while_writing_leaves_every_previous_page_and_figure_who
     assert not any(p.name.endswith(".tmp") for p in out.iterdir() if not p.name.startswith("."))
 
 
+def test_the_reproduce_line_gives_a_cells_extra_seed_its_own_command(tmp_path):
+    # heads_identical's base has a 4th seed (the run with the head-similarity log): "SEEDS=4" alone would also
+    # train a 4th seed of every other cell
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)
+    make_run(root / "table3_a", data, 8, 3, 31.0, CELLS[8]["hyps"])
+    out = tmp_path / "reports"
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    line = next(x for x in (out / "table3_a.md").read_text().splitlines() if x.startswith("- **Reproduce:**"))
+    assert line == (
+        "- **Reproduce:** `make sweep SWEEP=table3_a SEEDS=2 BUDGET=ablation`, then "
+        "`make sweep SWEEP=table3_a SEEDS=3 BUDGET=ablation ONLY='h8-dk32-dv32-s3'`"
+    )
+
+
 def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tmp_path, capsys):
     data = references(tmp_path)
     root = tmp_path / "results"

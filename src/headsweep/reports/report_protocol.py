@@ -132,7 +132,10 @@ def command(sweep: str, cells: list[Cell], grid: list[float]) -> str:
     except SweepError:
         names = {}
     spec = sweep if sweep in names else max((n for n in names if sweep.startswith(n + "_")), key=len, default=sweep)
-    seeds = max(len(c.runs) for c in cells)
+    # The seeds at least half the cells have; a cell with more (a base given an extra seed for a new log) gets its own
+    # command, so the first does not train that seed of every other cell too.
+    counts = [len({r.seed for r in c.runs}) for c in cells]
+    seeds = max(n for n in counts if 2 * sum(k >= n for k in counts) >= len(counts))  # what half the cells have
     words = [f"make sweep SWEEP={spec}"]
     if spec != sweep:
         words.append(f"NAME={sweep}")
@@ -140,6 +143,11 @@ def command(sweep: str, cells: list[Cell], grid: list[float]) -> str:
     if grid:
         words.append(f"LR_GRID={','.join(map(rate_text, grid))}")
     text = f"`{' '.join(words)}`"
+    extra = sorted({r.dir.name for c in cells for r in c.runs if r.seed > seeds})
+    if extra:
+        top = max(r.seed for c in cells for r in c.runs)
+        more = [f"SEEDS={top}" if w.startswith("SEEDS=") else w for w in words]
+        text += f", then `{' '.join(more)} ONLY='{','.join(extra)}'`"
     if any(config_value(c.runs[0], "trainer.accelerator") in ("gpu", "cuda") for c in cells):
         text += " on a machine whose torch sees CUDA (`make sweep` then trains with trainer=gpu)"
     if spec not in names:
