@@ -20,6 +20,7 @@ from headsweep.sweeps import lr_select as LS
 from headsweep.sweeps import planning as P
 from headsweep.sweeps import specs as SP
 from headsweep.sweeps import sweep as S
+from headsweep.sweeps import table3 as T3
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.specs import format_value
 from headsweep.training.runs import is_complete
@@ -48,6 +49,7 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 SHIPPED = SWEEPS_DIR.parent / "results"
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
 AFTER_FREEZE = {"heads_wo_mirror", "heads_identical"}
+TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
 # Row D as the paper runs it (one setting at a time): two variants of table3_d's 3 x 3 grid sharing its base
 PAPER_ROW_D = ("table3_d_dropout", "table3_d_smoothing")
@@ -241,7 +243,8 @@ def test_every_grid_point_composes_into_the_jobs_it_planned_before_variants(name
     monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)  # ${auto_precision:} as when frozen
     # a _fan_in variant's shipped runs ran at per-cell rates (LR_GRID, test_shipped_...): plan it from no results
     # so did the sweeps written after the freeze (heads_wo_mirror's h 32 seeds at 1e-3, the _mup variants)
-    fresh = name.endswith("_fan_in") or name in AFTER_FREEZE | MUP
+    # and Table 3's rows as `make table3` runs them (a rate per cell): row E's shipped runs, the others' to come
+    fresh = name.endswith("_fan_in") or name in AFTER_FREEZE | MUP | TABLE3_ROWS
     results = tmp_path / "results" if fresh else SWEEPS_DIR.parent / "results"
     sweep = P.plan(name, seeds=1, budget="ablation", root=tmp_path, results=results, jobs=1, cores=2)
     spec, _ = SP.load_spec(name)
@@ -679,7 +682,9 @@ def test_only_runs_the_matching_jobs_and_the_full_command_the_rest(tmp_path, mon
 
 
 def test_only_matching_no_job_stops_with_one_line(tmp_path, capsys, no_launch):
-    assert S.main(["--sweep", "table3_e", "--seeds", "1", "--root", str(tmp_path), "--only", "*-s1,h3-*"]) == 2
+    results = str(tmp_path / "results")  # not the shipped row E (run at the ablation budget)
+    args = ["--sweep", "table3_e", "--seeds", "1", "--root", str(tmp_path), "--results", results, "--only", "*-s1,h3-*"]
+    assert S.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --only 'h3-*' matches none of table3_e's jobs") and "\n" not in err
 
