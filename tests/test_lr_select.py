@@ -256,10 +256,29 @@ def test_one_command_runs_both_phases_then_nothing(tmp_path, monkeypatch, capsys
     assert all(is_complete(results / n) for n in [*losses, *(f"{c}-s{s}" for c in CELLS for s in (1, 2))])
     out = capsys.readouterr().out
     assert f"{CELLS[1]}-s1: the same experiment as" in out and "phase 2 of 2" in out
-    assert out.count("recorded its learning rate") == 2  # the two copies; the trained jobs recorded it themselves
+    # the two copies were shown with their selection, the trained jobs recorded it themselves: nothing to amend
+    assert out.count("recorded its learning rate") == 0
     # the same command again (a fresh plan, as a rerun makes): nothing trains
     lr = plan(tmp_path)
     assert LR.run_lr(lr) == 0 and len(launched) == 2
+
+
+def test_a_sweep_cut_short_in_phase_2_leaves_its_copied_views_recorded_as_chosen(tmp_path, monkeypatch):
+    """Seed 1 at the chosen rate is a view of the grid run, shown before phase 2 trains; a session that ends
+    while seeds 2-3 train (Ctrl-C here; a kill never reaches the end at all) must not leave that view reading
+    as a grid run (lr_select of phase grid): the report and the next plan would see two grids."""
+    lr = plan(tmp_path)
+    grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.35], CELLS[1]: [2.50, 2.45, 2.30]})
+
+    def ctrl_c(cmd, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(L.subprocess, "run", ctrl_c)
+    assert LR.run_lr(plan(tmp_path)) == 130
+    for cell, rate in ((CELLS[0], 1e-3), (CELLS[1], 2e-3)):
+        view = seen(tmp_path / "results" / "table3_e" / f"{cell}-s1")
+        assert view["config"]["lr_select"]["phase"] == "chosen" and view["config"]["lr_select"]["chosen"] == rate
+        assert view["shared_from"]["run"] == f"table3_e/{cell}-lr{rate:g}-s1"
 
 
 def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):

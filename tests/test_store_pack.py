@@ -34,26 +34,34 @@ def hypotheses() -> list[str]:
     return [" ".join(r.split()[:-2]) if i % 3 == 0 else r for i, r in enumerate(refs)]
 
 
-def scored_run(results: Path, sweep: str = "table3_x", job: str = "h8-dk32-dv32-s1", seed: int = 1) -> Path:
-    """A stored run whose record holds the sacreBLEU scores of its plain-text test hypotheses."""
-    hyps, refs = hypotheses(), read_lines(REFS)
+def scored_run(
+    results: Path, sweep: str = "table3_x", job: str = "h8-dk32-dv32-s1", seed: int = 1, greedy: bool = False
+) -> Path:
+    """A stored run whose record holds the sacreBLEU scores of its plain-text test hypotheses (beam; and
+    greedy ones, every other line cut shorter, where greedy)."""
+    refs = read_lines(REFS)
+    beam = hypotheses()
+    decodes = {"test_2016_flickr.beam": beam}
+    if greedy:
+        decodes["test_2016_flickr.greedy"] = [" ".join(h.split()[:-1]) if i % 2 else h for i, h in enumerate(beam)]
     out = f"multirun/{sweep}/{job}"
-    name = "test_2016_flickr.beam"
     record = {
         "status": "complete",
         "config": config(f"seed={seed}", f"sweep={sweep}", "tags=[base]"),
-        "metrics": {"test/bleu": BLEU().corpus_score(hyps, [refs]).score},
+        "metrics": {"test/bleu": BLEU().corpus_score(beam, [refs]).score},
         "scores": {
-            name: {"bleu": BLEU().corpus_score(hyps, [refs]).score, "chrf": CHRF().corpus_score(hyps, [refs]).score}
+            name: {"bleu": BLEU().corpus_score(h, [refs]).score, "chrf": CHRF().corpus_score(h, [refs]).score}
+            for name, h in decodes.items()
         },
-        "hypotheses": {name: f"{out}/hypotheses/{name}.en"},
+        "hypotheses": {name: f"{out}/hypotheses/{name}.en" for name in decodes},
         "references": {"test_2016_flickr": str(REFS)},
         "output_dir": out,
     }
     d = stored_run(results / sweep / job, record)
     (d / "hypotheses").mkdir()
-    (d / "hypotheses" / f"{name}.en").write_text("".join(h + "\n" for h in hyps))
-    (d / "metrics.csv").write_text("step,val/bleu\n1149,30.0\n")
+    for name, h in decodes.items():
+        (d / "hypotheses" / f"{name}.en").write_text("".join(x + "\n" for x in h))
+    (d / "metrics.csv").write_text("step,val/bleu,val/loss\n575,20.0,3.0\n1149,30.0,2.5\n")
     return d
 
 
@@ -107,8 +115,71 @@ def test_migration_keeps_every_number_and_the_readers_read_the_packed_files(tmp_
     assert float(cli.stdout) == pytest.approx(round(stored, 4), abs=1e-9)
 
     # idempotent: a second run packs nothing and still finds the numbers unchanged
-    assert store_pack.pack_dir(d) == {"gzipped": 0, "pngs": 0}
+    assert store_pack.pack_dir(d) == {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "pngs": 0}
     assert results_check.migrate(results, out=io.StringIO()) == []
+
+
+@needs_refs
+def test_greedy_hypotheses_beside_beam_ones_are_left_out_and_the_rest_still_rescores(tmp_path):
+    """The store keeps the hypotheses test/bleu scores (beam); greedy ones beside them go, their score stays in
+    results.json, and the check re-scores what is kept. A beam file gone is still an error."""
+    from headsweep.reports.cells import learning_curve
+
+    results = tmp_path / "results"
+    d = scored_run(results, greedy=True)
+    record_bytes = (d / "results.json").read_bytes()
+    run = load_runs(results / "table3_x", "table3_x")[0][0]
+    curve = learning_curve(run)
+    out = io.StringIO()
+    assert results_check.migrate(results, out=out) == [], out.getvalue()
+    assert "1 greedy hypothesis files left out" in out.getvalue() and "1 metrics CSVs gzipped" in out.getvalue()
+    assert sorted(p.name for p in (d / "hypotheses").iterdir()) == ["test_2016_flickr.beam.en.gz"]
+    assert sorted(p.name for p in d.iterdir()) == ["hypotheses", "metrics.csv.gz", "results.json"]
+    assert (d / "results.json").read_bytes() == record_bytes  # the greedy score is still there
+    assert [name for name, *_ in results_check.rescore(d)] == ["test_2016_flickr.beam"]
+    # the report reads the gzipped metrics CSV as it read the plain one
+    assert (
+        learning_curve(load_runs(results / "table3_x", "table3_x")[0][0])
+        == curve
+        == {
+            576: {"val/bleu": 20.0, "val/loss": 3.0},
+            1150: {"val/bleu": 30.0, "val/loss": 2.5},
+        }
+    )
+    assert results_check.check(results, out=io.StringIO()) == []
+
+    (d / "hypotheses" / "test_2016_flickr.beam.en.gz").unlink()
+    with pytest.raises(store_pack.PackError, match="hypotheses of test_2016_flickr.beam are missing"):
+        results_check.rescore(d)
+
+
+def test_a_run_decoded_greedily_only_keeps_its_greedy_hypotheses(tmp_path):
+    hyp = tmp_path / "hypotheses"
+    hyp.mkdir()
+    (hyp / "test.greedy.en").write_text("a\n")
+    (hyp / "val.beam.en").write_text("b\n")  # another split's beam does not stand in for it
+    assert store_pack.pack_dir(tmp_path)["greedy_dropped"] == 0
+    assert sorted(p.name for p in hyp.iterdir()) == ["test.greedy.en.gz", "val.beam.en.gz"]
+
+
+def test_check_names_a_run_left_unpacked(tmp_path):
+    results = tmp_path / "results"
+    d = results / "runs" / "abc"
+    (d / "hypotheses").mkdir(parents=True)
+    (d / "metrics.csv").write_text("step\n1\n")
+    out = io.StringIO()
+    assert results_check.check(results, out=out) == ["abc: not packed (make migrate-results)"]
+
+
+def test_disk_bytes_counts_what_du_counts(tmp_path):
+    """The size bar is `du -sh results`: blocks, folders included, a hard link once, a symlink as a link."""
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "small").write_bytes(b"x" * 10)
+    (tmp_path / "runs" / "a" / "big").write_bytes(b"y" * 50_000)
+    (tmp_path / "runs" / "a" / "twin").hardlink_to(tmp_path / "runs" / "a" / "big")
+    (tmp_path / "view").symlink_to("runs/a")
+    du = subprocess.run(["du", "-s", "--block-size=1", str(tmp_path)], capture_output=True, check=True, text=True)
+    assert store_pack.disk_bytes(tmp_path) == int(du.stdout.split()[0])
 
 
 def test_compare_names_a_changed_record_a_moved_score_and_a_lost_run():
@@ -122,6 +193,10 @@ def test_compare_names_a_changed_record_a_moved_score_and_a_lost_run():
     # a re-score in the last bits of a double is the same score; a hundredth of a point is not
     assert results_check.mismatches([("t", 30.0, 30.0 + 1e-13, 50.0, 50.0)]) == []
     assert results_check.mismatches([("t", 30.0, 30.01, 50.0, 50.0)]) != []
+    # greedy hypotheses left out by packing are not a difference; beam ones gone are
+    both = (("t.beam", 30.0, 30.0, 50.0, 50.0), ("t.greedy", 28.0, 28.0, 49.0, 49.0))
+    assert results_check.compare({"a": ("h", both)}, {"a": ("h", both[:1])}) == []
+    assert results_check.compare({"a": ("h", both)}, {"a": ("h", both[1:])}) != []
 
 
 def test_figures_are_resaved_small_and_once(tmp_path):

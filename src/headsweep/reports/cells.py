@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
-from headsweep.store.pack import hypothesis_file
+from headsweep.store.pack import hypothesis_file, metrics_file, open_text
 from headsweep.sweeps.paper import COLUMNS
 from headsweep.sweeps.specs import follows_heads
 from headsweep.training.checks import default_cell
@@ -171,8 +171,9 @@ def group_cells(runs: list[Run]) -> list[Cell]:
 
 
 def metrics_csv(run: Run) -> Path | None:
-    """The run's metrics CSV: results/ exports it as metrics.csv, a run directory has csv/metrics.csv."""
-    return next((p for p in (run.dir / "metrics.csv", run.dir / "csv" / "metrics.csv") if p.is_file()), None)
+    """The run's metrics CSV: results/ stores it as metrics.csv.gz (store.pack), a run directory has
+    csv/metrics.csv."""
+    return metrics_file(run.dir)
 
 
 def learning_curve(run: Run) -> dict[int, dict[str, float]]:
@@ -181,7 +182,7 @@ def learning_curve(run: Run) -> dict[int, dict[str, float]]:
     curve: dict[int, dict[str, float]] = {}
     if path is None:
         return curve
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         for row in csv.DictReader(f):
             for key in ("val/loss", "val/bleu"):
                 if row.get(key) and row.get("step"):

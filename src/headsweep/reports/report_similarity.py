@@ -16,6 +16,7 @@ from pathlib import Path
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reports.cells import Cell, Run, metrics_csv
 from headsweep.reports.report_table import display
+from headsweep.store.pack import open_text
 
 KINDS = (("enc_self", "encoder self"), ("dec_self", "decoder self"), ("cross", "cross"))
 MEASURES = (
@@ -34,7 +35,7 @@ def similarity_curve(run: Run) -> dict[int, dict[str, float]]:
     curve: dict[int, dict[str, float]] = {}
     if path is None:
         return curve
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         for row in csv.DictReader(f):
             for key in KEYS:
                 if row.get(key) and row.get("step"):

@@ -19,6 +19,7 @@ from headsweep.reports import report_index
 from headsweep.reports.cells import Cell
 from headsweep.reports.report_table import anchor
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
+from headsweep.store.pack import metrics_file, open_text
 
 PRUNE_FIGURE = (
     "BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
@@ -218,14 +219,14 @@ LOG_AXES = ("model.heads", "model.d_k", "model.d_v", "model.kv_heads", "module.p
 
 
 def run_curve(root: Path | None, run_id: str) -> list[list[float]]:
-    """A run's val BLEU (greedy) at each validation, from the metrics.csv it wrote ([] where there is none)."""
+    """A run's val BLEU (greedy) at each validation, from the metrics CSV it wrote ([] where there is none)."""
     if root is None:
         return []
-    path = root / run_id / "metrics.csv"
-    if not path.is_file():
+    path = metrics_file(root / run_id)
+    if path is None:
         return []
     points = []
-    with path.open() as f:
+    with open_text(path) as f:
         for row in csv.DictReader(f):
             try:
                 points.append([int(float(row["step"])), round(float(row["val/bleu"]), 2)])

@@ -14,14 +14,17 @@ from pathlib import Path
 from headsweep.data.files import read_lines
 from headsweep.store import RESULTS, RUNS, read_record
 from headsweep.store.pack import (
+    METRICS,
     RESULTS_LIMIT_BYTES,
     RUN_LIMIT_BYTES,
     STORED_TOL,
     PackError,
     digest,
+    disk_bytes,
     hypothesis_file,
     oversize,
     pack_dir,
+    redundant_greedy,
     run_bytes,
     run_dirs,
     tree_bytes,
@@ -35,8 +38,10 @@ from headsweep.store.pack import (
 
 def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
     """(hypotheses name, stored BLEU, re-scored BLEU, stored chrF, re-scored chrF) of every test hypothesis
-    file the record scores (results.json `scores`), read through hypothesis_file, scored with sacreBLEU against
-    the run's references (reports.significance.references: the file the run names, else its data.dir)."""
+    file the record scores (results.json `scores`) that the store keeps, read through hypothesis_file, scored
+    with sacreBLEU against the run's references (reports.significance.references: the file the run names,
+    else its data.dir). Greedy hypotheses beside beam ones are not kept (store.pack.redundant_greedy): their
+    score is not re-scored; any other missing file is an error."""
     from sacrebleu.metrics import BLEU, CHRF
 
     from headsweep.reports.cells import as_run
@@ -53,12 +58,22 @@ def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
         if listed is None:
             continue
         path = hypothesis_file(Path(run_dir) / "hypotheses" / Path(listed).name)
+        if not path.is_file() and greedy_not_kept(path):
+            continue
         if not path.is_file():
             raise PackError(f"{run_dir}: the hypotheses of {name} are missing ({path.name})")
         hyps = read_lines(path)
         bleu, chrf = BLEU().corpus_score(hyps, [refs]).score, CHRF().corpus_score(hyps, [refs]).score
         out.append((name, score["bleu"], bleu, score.get("chrf", chrf), chrf))
     return out
+
+
+def greedy_not_kept(path: Path) -> bool:
+    """A greedy hypotheses file the store leaves out by design: its beam file of the same split is there."""
+    if ".greedy." not in path.name:
+        return False
+    split, rest = path.name.split(".greedy.", 1)
+    return hypothesis_file(path.with_name(f"{split}.beam.{rest.removesuffix('.gz')}")).is_file()
 
 
 def mismatches(scores: list[tuple]) -> list[str]:
@@ -82,14 +97,16 @@ def snapshot(results: Path) -> dict[str, tuple[str, tuple]]:
 
 def compare(before: dict, after: dict) -> list[str]:
     """One line per difference: a run gone or new, a results.json that changed, a score that moved or a
-    re-score that is not the stored score."""
+    re-score that is not the stored score. Greedy hypotheses that packing left out (beside beam ones) are
+    not a difference; any other re-score that goes is."""
     lines = [f"{run}: gone after packing" for run in sorted(before.keys() - after.keys())]
     lines += [f"{run}: new after packing" for run in sorted(after.keys() - before.keys())]
     for run in sorted(before.keys() & after.keys()):
         (h0, s0), (h1, s1) = before[run], after[run]
         if h0 != h1:
             lines.append(f"{run}: results.json changed")
-        if s0 != s1:  # the same text scores the same, bit for bit
+        kept = {name for name, *_ in s1}
+        if tuple(x for x in s0 if x[0] in kept or not x[0].endswith(".greedy")) != s1:  # same text, same score
             lines.append(f"{run}: re-scores changed: {s0} -> {s1}")
         lines += [f"{run}: {line}" for line in mismatches(s1)]
     return lines
@@ -105,16 +122,19 @@ def migrate(results: Path, out=sys.stdout) -> list[str]:
         f"{results}: {size0 / 1e6:.1f} MB; re-scoring every run's hypotheses before packing ...", file=out, flush=True
     )
     before = snapshot(results)
-    gz = pngs = 0
+    disk0 = disk_bytes(results)
+    done = {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "pngs": 0}
     for d in run_dirs(results):
-        done = pack_dir(d)
-        gz, pngs = gz + done["gzipped"], pngs + done["pngs"]
+        for k, n in pack_dir(d).items():
+            done[k] += n
     after = snapshot(results)
-    size1 = tree_bytes(results)
+    size1, disk1 = tree_bytes(results), disk_bytes(results)
     scored = sum(len(s) for _, s in after.values())
     print(
-        f"packed {len(after)} runs: {gz} hypothesis files gzipped, {pngs} figures re-saved; {results}: "
-        f"{size0 / 1e6:.1f} MB -> {size1 / 1e6:.1f} MB",
+        f"packed {len(after)} runs: {done['gzipped']} hypothesis files gzipped, {done['greedy_dropped']} greedy "
+        f"hypothesis files left out (beam kept; their scores stay in results.json), {done['metrics']} metrics "
+        f"CSVs gzipped, {done['pngs']} figures re-saved; {results}: {size0 / 1e6:.1f} MB -> {size1 / 1e6:.1f} MB "
+        f"in files, {disk0 / 2**20:.1f} MiB -> {disk1 / 2**20:.1f} MiB on disk (du)",
         file=out,
     )
     diff = compare(before, after)
@@ -139,11 +159,14 @@ def check(results: Path, out=sys.stdout) -> list[str]:
         scored += len(scores)
         problems += [f"{d.name}: {line}" for line in mismatches(scores)]
     problems += [f"{run}: {n / 1e6:.2f} MB > {RUN_LIMIT_BYTES / 1e6:.2f} MB" for run, n in oversize(results)]
-    total = tree_bytes(results)
-    if total > RESULTS_LIMIT_BYTES:
-        problems.append(f"{results}: {total / 1e6:.1f} MB > {RESULTS_LIMIT_BYTES / 1e6:.0f} MB")
+    total, disk = tree_bytes(results), disk_bytes(results)
+    if disk > RESULTS_LIMIT_BYTES:
+        problems.append(f"{results}: {disk / 2**20:.1f} MiB on disk (du) > {RESULTS_LIMIT_BYTES / 2**20:.0f} MiB")
+    unpacked = [d.name for d in run_dirs(results) if redundant_greedy(d / "hypotheses") or (d / METRICS).is_file()]
+    problems += [f"{run}: not packed (make migrate-results)" for run in unpacked]
     print(
-        f"{len(run_dirs(results))} runs, {scored} hypothesis files re-scored, {results}: {total / 1e6:.1f} MB, "
+        f"{len(run_dirs(results))} runs, {scored} hypothesis files re-scored, {results}: {total / 1e6:.1f} MB in "
+        f"files, {disk / 2**20:.1f} MiB on disk (du), "
         f"largest run {max((run_bytes(d) for d in run_dirs(results)), default=0) / 1e6:.2f} MB; "
         + (f"{len(problems)} problems: {problems[0]}" if problems else "all ok"),
         file=out,

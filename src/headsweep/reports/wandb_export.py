@@ -27,6 +27,7 @@ from pathlib import Path
 from headsweep.reports import questions as Q
 from headsweep.reports.cells import ReportError
 from headsweep.store import RUNS
+from headsweep.store.pack import metrics_file, open_text
 from headsweep.training.runs import RESULTS
 
 
@@ -68,14 +69,14 @@ def number(text: str) -> float | None:
 def history(run_dir: Path) -> list[tuple[int, dict]]:
     """(step, metrics) of each row of the run's metrics.csv that holds a number, rows of one step merged, in
     step order: a validation's val/* row and the train/* rows logged between."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
+    path = metrics_file(run_dir)
+    if path is None:
         found = list(run_dir.glob("csv/**/metrics.csv"))
         if not found:
             return []
         path = found[0]
     steps: dict[int, dict] = {}
-    with path.open() as f:
+    with open_text(path) as f:
         for row in csv.DictReader(f):
             step = number(row.get("step") or "")
             values = {

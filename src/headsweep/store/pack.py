@@ -5,6 +5,12 @@ hypotheses (31 MB over 242 runs) and full-colour analysis figures (12 MB) made r
   a function of the text alone and a re-export writes the same file). Every reader goes through
   `hypothesis_file` (plain or .gz, whichever is there) and data.files.read_lines (gunzips by suffix); a user
   reads one with `zcat <run>/hypotheses/test_2016_flickr.beam.en.gz | sacrebleu <references>`.
+- Greedy test hypotheses are not kept where the run has beam ones (`redundant_greedy`): beam is what
+  `test/bleu` and every table score, greedy differs from it in about 70% of lines (so it does not compress
+  against it), and it was 17 KB of a run's 56. Its score (`test/bleu_greedy`, `scores[<split>.greedy]`) stays
+  in results.json; the run directory (multirun/) keeps the file.
+- metrics.csv is stored gzipped (`metrics.csv.gz`; `metrics_file` finds either, `open_text` reads either): a
+  sparse table of 23 columns, 7 KB plain, 1.5 KB packed.
 - Analysis figures are re-saved as palette PNGs (`shrink_png`: at most 256 colours, no dithering), which
   matplotlib's flat-colour plots survive unchanged to the eye at about a quarter of the bytes; analysis.json
   keeps every number, and `make analyze` redraws full-colour ones from a checkpoint.
@@ -30,13 +36,15 @@ from headsweep.store.record import RESULTS, read_record  # noqa: F401  (the reco
 from headsweep.store.store import RUNS
 
 GZ = ".gz"
+METRICS = "metrics.csv"
 # One run's stored outputs (results.json, metrics.csv, gzipped hypotheses, analysis with palette PNGs), in
 # bytes. Packed, the 242 shipped runs measure 0.04-0.50 MB (the largest: a run with the head analysis and its
 # 8 figures); 1 MiB leaves room for a longer test set, and a run with full-colour figures and plain hypotheses
 # (up to 1.16 MB before packing: 12 such runs) fails.
 RUN_LIMIT_BYTES = 1 << 20
-# results/ after `make migrate-results`: what the issue asked for (<= 20 MB), so the checkout travels.
-RESULTS_LIMIT_BYTES = 20 * 10**6
+# results/ after `make migrate-results`, as `du -sh results` counts it (disk_bytes: blocks, folders too):
+# at most 20 MiB, what issue 50 asked for, so the checkout travels.
+RESULTS_LIMIT_BYTES = 20 * 2**20
 PNG_COLOURS = 256
 STORED_TOL = 1e-9  # BLEU/chrF points: a re-score against the stored score (mismatches)
 
@@ -101,9 +109,22 @@ def shrink_png(path: Path) -> bool:
     return True
 
 
+def redundant_greedy(hyp_dir: Path) -> list[Path]:
+    """Greedy hypothesis files (`<split>.greedy.<lang>[.gz]`) beside a beam file of the same split and
+    language: the store keeps the beam one, which test/bleu scores. A run decoded greedily only keeps its file."""
+    out = []
+    for p in sorted(Path(hyp_dir).glob("*.greedy.*")):
+        split, rest = p.name.split(".greedy.", 1)
+        beam = p.with_name(f"{split}.beam.{rest.removesuffix(GZ)}")
+        if p.is_file() and hypothesis_file(beam).is_file():
+            out.append(p)
+    return out
+
+
 def pack_dir(run_dir: Path) -> dict:
-    """Gzip a stored run's plain hypotheses and shrink its analysis figures, in place; idempotent.
-    {"gzipped": n, "pngs": n}."""
+    """Pack a stored run in place; idempotent. Plain hypotheses gzipped, greedy ones beside beam ones removed
+    (after the beam file is packed and checked), metrics.csv gzipped, analysis figures shrunk.
+    {"gzipped": n, "greedy_dropped": n, "metrics": n, "pngs": n}."""
     run_dir = Path(run_dir)
     plain = [
         p
@@ -112,8 +133,25 @@ def pack_dir(run_dir: Path) -> dict:
     ]
     for p in plain:
         gzip_file(p)
+    greedy = redundant_greedy(run_dir / "hypotheses")
+    for p in greedy:
+        p.unlink()
+    metrics = [gzip_file(run_dir / METRICS)] if (run_dir / METRICS).is_file() else []
     pngs = sum(shrink_png(p) for p in sorted((run_dir / "analysis").glob("*.png")))
-    return {"gzipped": len(plain), "pngs": pngs}
+    return {"gzipped": len(plain), "greedy_dropped": len(greedy), "metrics": len(metrics), "pngs": pngs}
+
+
+def metrics_file(run_dir: Path) -> Path | None:
+    """A stored run's metrics CSV (metrics.csv.gz, or metrics.csv before packing), else a run directory's
+    csv/metrics.csv; None without one."""
+    d = Path(run_dir)
+    return next((p for p in (d / (METRICS + GZ), d / METRICS, d / "csv" / METRICS) if p.is_file()), None)
+
+
+def open_text(path: Path):
+    """A text file opened for reading, gunzipped where its name ends in .gz (csv.DictReader reads either)."""
+    path = Path(path)
+    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.name.endswith(GZ) else path.open(newline="")
 
 
 def hypothesis_file(path: Path) -> Path:
@@ -139,6 +177,19 @@ def run_bytes(run_dir: Path) -> int:
 def tree_bytes(root: Path) -> int:
     """The bytes of every file under root, symlinks not followed (a view is its link, not the run again)."""
     return sum(p.lstat().st_size for p in Path(root).rglob("*") if not p.is_dir() or p.is_symlink())
+
+
+def disk_bytes(root: Path) -> int:
+    """What `du -s` counts under root (folders included, blocks not bytes, hard links once): on a 4 KiB-block
+    file system every small file and folder costs at least 4 KiB, so a store of many small runs takes about
+    1.1x its apparent size."""
+    seen, total = set(), 0
+    for p in [Path(root), *Path(root).rglob("*")]:
+        st = p.lstat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+    return total
 
 
 def digest(path: Path) -> str:

@@ -33,6 +33,14 @@ class Job:
     def done(self) -> bool:
         return self.finished(self.dir) or (self.export is not None and self.finished(self.export))
 
+    def lr_select(self) -> dict | None:
+        """The job's learning-rate selection (its `lr_select=` override: the grid, or the grid's choice), or
+        None for a job of a sweep without a grid."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        o = next((o for o in self.overrides if o.startswith("lr_select=")), None)
+        return None if o is None else OverridesParser.create().parse_override(o).value()
+
 
 @dataclass
 class Sweep:

@@ -336,10 +336,7 @@ def record_selection(sweep: Sweep, out) -> None:
 
 
 def _record_of(job: Job) -> dict:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    o = next(o for o in job.overrides if o.startswith("lr_select="))
-    return OverridesParser.create().parse_override(o).value()
+    return job.lr_select()
 
 
 def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:

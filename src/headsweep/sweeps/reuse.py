@@ -129,7 +129,9 @@ def export_finished(sweep: Sweep, out) -> None:
 
 def share_identical(sweep: Sweep, out) -> None:
     """Jobs whose experiment the store holds (Job.same_as) become views of it: results/<sweep>/<job> links
-    to results/runs/<key>/, and the record lists the view with this sweep's tags. Nothing is copied."""
+    to results/runs/<key>/, and the record lists the view with this sweep's tags and the job's learning-rate
+    selection (now, not when the sweep ends: a sweep cut short in training its other jobs leaves no view that
+    reads as a grid run). Nothing is copied."""
     for j in sweep.jobs:
         if j.same_as is not None and not j.done:
             stored = Path(os.path.realpath(j.same_as))  # the store dir, or a view of it
@@ -138,7 +140,8 @@ def share_identical(sweep: Sweep, out) -> None:
                     f"{j.same_as} is a run of the old results/ layout: run `python -m headsweep.store "
                     f"migrate --results {j.export.parent.parent}` first, then the sweep again"
                 )
-            store.show(stored, j.export, j.tags)
+            selection = j.lr_select()
+            store.show(stored, j.export, j.tags, **({"lr_select": selection} if selection is not None else {}))
             print(f"  {j.name}: the same experiment as {j.same_as}: shown here, not trained again", file=out)
 
 
