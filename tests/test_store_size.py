@@ -24,3 +24,18 @@ def test_every_stored_run_is_under_the_size_limit_with_its_hypotheses_gzipped():
         f"{over[0][0]} ({over[0][1] / 1e6:.2f} MB): run `make migrate-results`"
     )
     assert not plain, f"{len(set(plain))} stored runs keep plain-text hypotheses, e.g. {plain[0]}: make migrate-results"
+
+
+@pytest.mark.skipif(not RUNS, reason=f"no stored runs in {RESULTS / 'runs'}")
+def test_every_stored_run_is_packed_and_the_store_fits_its_limit_on_disk():
+    """Packed: no plain metrics.csv, no greedy hypotheses beside beam ones (store_pack.pack_dir); and the whole
+    of results/ under RESULTS_LIMIT_BYTES as `du -s` counts it (blocks: many small files cost more than bytes)."""
+    unpacked = [
+        d.name for d in RUNS if (d / store_pack.METRICS).is_file() or store_pack.redundant_greedy(d / "hypotheses")
+    ]
+    assert not unpacked, f"{len(unpacked)} stored runs are not packed, e.g. {unpacked[0]}: make migrate-results"
+    disk = store_pack.disk_bytes(RESULTS)
+    assert disk <= store_pack.RESULTS_LIMIT_BYTES, (
+        f"{RESULTS}: {disk / 2**20:.1f} MiB on disk > {store_pack.RESULTS_LIMIT_BYTES / 2**20:.0f} MiB: the checkout "
+        "no longer travels light; see store/pack.py for what is stored"
+    )
