@@ -30,9 +30,7 @@ def test_every_stored_run_is_under_the_size_limit_with_its_hypotheses_gzipped():
 def test_every_stored_run_is_packed_and_the_store_fits_its_limit_on_disk():
     """Packed: no plain metrics.csv, no greedy hypotheses beside beam ones (store_pack.pack_dir); and the whole
     of results/ under RESULTS_LIMIT_BYTES as `du -s` counts it (blocks: many small files cost more than bytes)."""
-    unpacked = [
-        d.name for d in RUNS if (d / store_pack.METRICS).is_file() or store_pack.redundant_greedy(d / "hypotheses")
-    ]
+    unpacked = [d.name for d in RUNS if store_pack.unpacked(d)]
     assert not unpacked, f"{len(unpacked)} stored runs are not packed, e.g. {unpacked[0]}: make migrate-results"
     disk = store_pack.disk_bytes(RESULTS)
     assert disk <= store_pack.RESULTS_LIMIT_BYTES, (

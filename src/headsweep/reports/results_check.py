@@ -14,20 +14,20 @@ from pathlib import Path
 from headsweep.data.files import read_lines
 from headsweep.store import RESULTS, RUNS, read_record
 from headsweep.store.pack import (
-    METRICS,
     RESULTS_LIMIT_BYTES,
     RUN_LIMIT_BYTES,
     STORED_TOL,
     PackError,
+    beside_beam,
     digest,
     disk_bytes,
     hypothesis_file,
     oversize,
     pack_dir,
-    redundant_greedy,
     run_bytes,
     run_dirs,
     tree_bytes,
+    unpacked,
 )
 
 # -- reading --------------------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
     """(hypotheses name, stored BLEU, re-scored BLEU, stored chrF, re-scored chrF) of every test hypothesis
     file the record scores (results.json `scores`) that the store keeps, read through hypothesis_file, scored
     with sacreBLEU against the run's references (reports.significance.references: the file the run names,
-    else its data.dir). Greedy hypotheses beside beam ones are not kept (store.pack.redundant_greedy): their
+    else its data.dir). Greedy hypotheses beside beam ones are not kept (store.pack.beside_beam): their
     score is not re-scored; any other missing file is an error."""
     from sacrebleu.metrics import BLEU, CHRF
 
@@ -58,7 +58,7 @@ def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
         if listed is None:
             continue
         path = hypothesis_file(Path(run_dir) / "hypotheses" / Path(listed).name)
-        if not path.is_file() and greedy_not_kept(path):
+        if not path.is_file() and beside_beam(path):  # left out by design
             continue
         if not path.is_file():
             raise PackError(f"{run_dir}: the hypotheses of {name} are missing ({path.name})")
@@ -66,14 +66,6 @@ def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
         bleu, chrf = BLEU().corpus_score(hyps, [refs]).score, CHRF().corpus_score(hyps, [refs]).score
         out.append((name, score["bleu"], bleu, score.get("chrf", chrf), chrf))
     return out
-
-
-def greedy_not_kept(path: Path) -> bool:
-    """A greedy hypotheses file the store leaves out by design: its beam file of the same split is there."""
-    if ".greedy." not in path.name:
-        return False
-    split, rest = path.name.split(".greedy.", 1)
-    return hypothesis_file(path.with_name(f"{split}.beam.{rest.removesuffix('.gz')}")).is_file()
 
 
 def mismatches(scores: list[tuple]) -> list[str]:
@@ -154,7 +146,8 @@ def check(results: Path, out=sys.stdout) -> list[str]:
     """Every stored run re-scored (its hypotheses against its stored scores) and sized against the limit."""
     problems = []
     scored = 0
-    for d in run_dirs(results):
+    runs = run_dirs(results)
+    for d in runs:
         scores = rescore(d)
         scored += len(scores)
         problems += [f"{d.name}: {line}" for line in mismatches(scores)]
@@ -162,12 +155,11 @@ def check(results: Path, out=sys.stdout) -> list[str]:
     total, disk = tree_bytes(results), disk_bytes(results)
     if disk > RESULTS_LIMIT_BYTES:
         problems.append(f"{results}: {disk / 2**20:.1f} MiB on disk (du) > {RESULTS_LIMIT_BYTES / 2**20:.0f} MiB")
-    unpacked = [d.name for d in run_dirs(results) if redundant_greedy(d / "hypotheses") or (d / METRICS).is_file()]
-    problems += [f"{run}: not packed (make migrate-results)" for run in unpacked]
+    problems += [f"{d.name}: not packed (make migrate-results)" for d in runs if unpacked(d)]
     print(
-        f"{len(run_dirs(results))} runs, {scored} hypothesis files re-scored, {results}: {total / 1e6:.1f} MB in "
+        f"{len(runs)} runs, {scored} hypothesis files re-scored, {results}: {total / 1e6:.1f} MB in "
         f"files, {disk / 2**20:.1f} MiB on disk (du), "
-        f"largest run {max((run_bytes(d) for d in run_dirs(results)), default=0) / 1e6:.2f} MB; "
+        f"largest run {max((run_bytes(d) for d in runs), default=0) / 1e6:.2f} MB; "
         + (f"{len(problems)} problems: {problems[0]}" if problems else "all ok"),
         file=out,
     )

@@ -109,16 +109,25 @@ def shrink_png(path: Path) -> bool:
     return True
 
 
+def beside_beam(path: Path) -> bool:
+    """A greedy hypothesis file (`<split>.greedy.<lang>[.gz]`, there or not) whose beam file of the same split
+    and language is there: the store keeps the beam one, which test/bleu scores, and not this one."""
+    path = Path(path)
+    if ".greedy." not in path.name:
+        return False
+    split, rest = path.name.split(".greedy.", 1)
+    return hypothesis_file(path.with_name(f"{split}.beam.{rest.removesuffix(GZ)}")).is_file()
+
+
 def redundant_greedy(hyp_dir: Path) -> list[Path]:
-    """Greedy hypothesis files (`<split>.greedy.<lang>[.gz]`) beside a beam file of the same split and
-    language: the store keeps the beam one, which test/bleu scores. A run decoded greedily only keeps its file."""
-    out = []
-    for p in sorted(Path(hyp_dir).glob("*.greedy.*")):
-        split, rest = p.name.split(".greedy.", 1)
-        beam = p.with_name(f"{split}.beam.{rest.removesuffix(GZ)}")
-        if p.is_file() and hypothesis_file(beam).is_file():
-            out.append(p)
-    return out
+    """The greedy hypothesis files of hyp_dir beside beam ones (beside_beam). A run decoded greedily only
+    keeps its file."""
+    return [p for p in sorted(Path(hyp_dir).glob("*.greedy.*")) if p.is_file() and beside_beam(p)]
+
+
+def unpacked(run_dir: Path) -> bool:
+    """A stored run that pack_dir would still change: a plain metrics.csv, or greedy hypotheses beside beam ones."""
+    return (Path(run_dir) / METRICS).is_file() or bool(redundant_greedy(Path(run_dir) / "hypotheses"))
 
 
 def pack_dir(run_dir: Path) -> dict:
