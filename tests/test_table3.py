@@ -118,7 +118,7 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
                 "test/chrf": 50.0,
                 "val/bleu": bleu - 1,
                 "val/ppl": 12.0 - bleu / 10,
-                "val/loss": 2.4,
+                "val/loss": kw.get("val_loss", 2.4),
                 "test/ppl": 9.0,
                 "train/steps": 1150,
             },
@@ -224,3 +224,43 @@ def test_a_disagreement_inside_seed_noise_is_not_a_disagreement():
     assert j["rho"] == pytest.approx(0.5 / 95**0.5)
     lines = T.verdict_lines("Q", j)
     assert any("inside seed noise, so not a disagreement" in line and "y (ours +0.30" in line for line in lines)
+
+
+def test_a_cell_chosen_at_its_grids_edge_is_named_unless_a_worse_run_past_the_edge_brackets_it(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in REFS))
+    root = tmp_path / "results"
+    cells = {
+        "h8-dk32-dv32-pos-sinusoidal": ["model.positions=sinusoidal"],
+        "h8-dk32-dv32-pos-learned": ["model.positions=learned"],
+    }
+    for (cell, over), base in zip(cells.items(), (True, False)):
+        for lr, loss in ((0.0005, 3.0), (0.001, 2.5), (0.002, 2.3)):  # both choose 2e-3, the grid's top
+            fake_run(root, data, "table3_e", cell, over, 1, 30.0, phase="grid", lr=lr, val_loss=loss)
+        for seed in (1, 2, 3):
+            fake_run(root, data, "table3_e", cell, over, seed, 30.0 + seed / 10, base=base)
+    # the base at 4e-3, run by another sweep, did worse: its edge is bracketed; the learned cell's is open
+    fake_run(
+        root,
+        data,
+        "table3_e_edge",
+        "h8-dk32-dv32-pos-sinusoidal",
+        cells["h8-dk32-dv32-pos-sinusoidal"],
+        1,
+        20.0,
+        phase="grid",
+        lr=0.004,
+        val_loss=3.1,
+    )
+    md = T.markdown(T.build(root, T.read_paper(T.PAPER_CSV), n_samples=50), None, "")
+    row_e = md.split("### Row E")[1].split("## Figure")[0]
+    assert (
+        "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: "
+        "h8-dk32-dv32-pos-learned (0.002)" in row_e
+    )
+    assert (
+        "h8-dk32-dv32-pos-sinusoidal chose 0.002, the grid's edge, at val loss 2.300; the same experiment and "
+        "seed past that edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100)" in row_e
+    )

@@ -58,18 +58,11 @@ def lr_section(
     results root): where to look for a chosen edge rate's neighbour beyond the grid (beyond_edge)."""
     if not grid_runs:
         return "", []
-    by_cell: dict[str, dict[float, Run]] = {}
-    for r in sorted(grid_runs, key=lambda r: r.flat[LR_KEY]):
-        by_cell.setdefault(grid_cell(r), {})[r.flat[LR_KEY]] = r
+    by_cell, grids, chosen = choices(grid_runs)
     grid = sorted({v for rates in by_cell.values() for v in rates})
-    grids = cell_grids(by_cell)
     names = {c.label: c for c in cells}
     order = [c.label for c in cells if c.label in by_cell] + sorted(set(by_cell) - set(names))
-    chosen = {
-        label: choose({v: _loss(by_cell[label][v]) for v in grids[label]})
-        for label in order
-        if all(v in by_cell[label] for v in grids[label])
-    }
+    chosen = {label: chosen[label] for label in order if label in chosen}
     md = [
         "## Learning rate chosen per cell",
         "",
@@ -109,15 +102,37 @@ def lr_section(
         *markdown_table(header, rows),
         "",
     ]
-    md += edge_lines(
+    md += edge_section(root, by_cell, grids, chosen)
+    md += comparison(cells, by_cell, chosen)
+    figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
+    return "\n".join(md), figures
+
+
+def choices(grid_runs: list[Run]) -> tuple[dict[str, dict[float, Run]], dict[str, list[float]], dict[str, float]]:
+    """The grid runs by cell and rate, each cell's own grid, and the rate each cell with its whole grid run
+    chose (lowest val loss; ties: the smaller rate)."""
+    by_cell: dict[str, dict[float, Run]] = {}
+    for r in sorted(grid_runs, key=lambda r: r.flat[LR_KEY]):
+        by_cell.setdefault(grid_cell(r), {})[r.flat[LR_KEY]] = r
+    grids = cell_grids(by_cell)
+    chosen = {
+        label: choose({v: _loss(rates[v]) for v in grids[label]})
+        for label, rates in by_cell.items()
+        if all(v in rates for v in grids[label])
+    }
+    return by_cell, grids, chosen
+
+
+def edge_section(
+    root: Path | None, by_cell: dict[str, dict[float, Run]], grids: dict[str, list[float]], chosen: dict[str, float]
+) -> list[str]:
+    """edge_lines for the cells' choices, with runs past an edge looked up in the results root (if given)."""
+    return edge_lines(
         chosen,
         grids,
         beyond_edge(root, by_cell, chosen, grids) if root else {},
         {label: _loss(by_cell[label][v]) for label, v in chosen.items()},
     )
-    md += comparison(cells, by_cell, chosen)
-    figures = [f for f in (loss_plot(sweep, order, by_cell, chosen, grid, out_dir),) if f]
-    return "\n".join(md), figures
 
 
 def cell_grids(by_cell: dict[str, dict[float, Run]]) -> dict[str, list[float]]:

@@ -30,7 +30,7 @@ from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reports import report_convergence
 from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
 from headsweep.reports.report import early_pool, paper_row, settings, stuck_runs, summarize
-from headsweep.reports.report_lr import split_grid_runs
+from headsweep.reports.report_lr import choices, edge_section, split_grid_runs
 from headsweep.sweeps.lr_select import LR_KEY
 from headsweep.sweeps.paper import FLOAT_COLUMNS, INT_COLUMNS
 from headsweep.sweeps.table3 import BUDGET, LR_GRID, ROWS, SEEDS
@@ -303,6 +303,20 @@ def grid_only_lines(grid: list) -> list[str]:
     ]
 
 
+def edge_words(root: Path, grid_runs: list) -> list[str]:
+    """The sweep report's lines on cells that chose their grid's smallest or largest rate, and whether a run
+    past that edge (any sweep in results/) brackets it. Row D's base, in both of its sweeps, once."""
+    by_cell, grids, chosen = choices(grid_runs)
+    seen = set()
+    for label in list(by_cell):
+        runs = frozenset(r.dir.resolve() for r in by_cell[label].values())
+        if runs in seen:
+            del by_cell[label], grids[label]
+            chosen.pop(label, None)
+        seen.add(runs)
+    return [line for line in edge_section(root, by_cell, grids, chosen) if line]
+
+
 def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000, threshold=None) -> dict:
     """Every row's cells and words: {row: {...}}."""
     pool = None
@@ -324,6 +338,7 @@ def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000
         info["convergence"] = report_convergence.convergence(cells)
         info["cells"], info["summary"] = cells, summary
         info["judge"] = judge(cells)
+        info["edges"] = edge_words(root, got["grid"])
         base = next((c for c in cells if c.base), None)
         short = [c.label for c in cells if c.row["n"] < SEEDS]
         missing = got["missing"]
@@ -462,6 +477,7 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
             )
             rates = "; ".join(f"{c.label} {rate_text(c)}" for c in info["cells"])
             md.append(f"- Chosen peak rate per cell: {rates}.")
+            md += info["edges"]
         if row in EARLIER:
             md.append(f"- {EARLIER[row]}")
         if info["left_out"]:
