@@ -755,3 +755,16 @@ def test_a_one_seed_figure_says_so_and_spans_the_seed_noise():
     fig, caption = P.bleu_figure("s", heads_by_width_cells(seeds=3), KEYS, spread=0.6)  # seeds show their own
     assert "(1 seed)" not in fig.axes[0].get_title() and "seed sds" not in caption
     P.pyplot().close(fig)
+
+
+def test_every_sweeps_pages_skip_a_sweep_stopped_in_phase_1_but_a_named_one_stops():
+    from headsweep.reports.build import sweep_pages
+
+    def write(name):
+        if name == "grid_only":
+            raise R.PhaseOneOnly("only the learning-rate grid's runs so far")
+        return [Path(f"{name}.md")]
+
+    assert sweep_pages(["a", "grid_only", "b"], write, every=True) == [Path("a.md"), Path("b.md")]
+    with pytest.raises(R.PhaseOneOnly):
+        sweep_pages(["a", "grid_only"], write, every=False)

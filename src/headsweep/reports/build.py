@@ -21,6 +21,21 @@ from headsweep.reports.table3 import write as write_table3
 from headsweep.store import schema_note
 
 
+def sweep_pages(names: list[str], write, every: bool) -> list[Path]:
+    """Each sweep's pages (`write(name)`). Building every sweep (SWEEP=all), one that has only its learning-rate
+    grid's runs so far (a sweep stopped in phase 1) gets one line and no page, and the rest are still built;
+    asked for by name, it stops with that line."""
+    paths = []
+    for name in names:
+        try:
+            paths += write(name)
+        except report.PhaseOneOnly as e:
+            if not every:
+                raise
+            print(f"{name}: no page yet: {e}", file=sys.stderr)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=report.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", required=True, help="the sweep's name, e.g. table3_a; all: every sweep under --root")
@@ -55,11 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         questions = Q.load(root=args.root)  # checked before any page is written
         pool = None if threshold is not None else report.early_pool(args.root)  # once for every sweep
         spread = seed_spread(args.root)
-        paths = [
-            p
-            for name in names
-            for p in report.write_report(name, args.root, args.out, args.samples, threshold, pool, questions, spread)
-        ]
+        paths = sweep_pages(
+            names,
+            lambda name: report.write_report(
+                name, args.root, args.out, args.samples, threshold, pool, questions, spread
+            ),
+            every=args.sweep == "all",
+        )
         if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.table3)
             paths += write_table3(args.root, args.out, n_samples=args.samples)
         paths += write_index(args.out, args.root, questions)

@@ -553,7 +553,7 @@ def write_report(
         print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
     runs, grid_runs = split_grid_runs(runs)  # a learning-rate grid's runs (LR_GRID=) are no seeds of their cells
     if not runs and grid_runs:
-        raise ReportError(
+        raise PhaseOneOnly(
             f"only the learning-rate grid's runs in {sweep_dir} so far ({len(grid_runs)} of phase 1): the "
             "report's cells are the seeds at each cell's chosen rate (phase 2); resume the same "
             "`make sweep ... LR_GRID=...` command"
@@ -602,6 +602,10 @@ def write_report(
     project = runs[0].results["config"].get("logger", {}).get("wandb", {}).get("project", "headsweep")
     log_to_wandb(sweep, project, *table(cells, keys), [p for p, _ in figures])
     return [md_path, html_path, json_path, *(p for p, _ in figures)]
+
+
+class PhaseOneOnly(ReportError):
+    """A sweep with only its learning-rate grid's runs so far: no cells to report until phase 2."""
 
 
 def sweeps_in(root: Path) -> list[str]:
