@@ -4,6 +4,7 @@ a store with every number unchanged, and idempotent."""
 
 import gzip
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from conftest import stored_run
 from headsweep.data.files import read_lines
-from headsweep.reports import results_check
+from headsweep.reports import compare, results_check
 from headsweep.reports.cells import hypotheses_path, load_runs
 from headsweep.reports.significance import read_text_lines
 from headsweep.store import pack as store_pack
@@ -90,6 +91,10 @@ def test_gzip_file_replaces_the_plain_file_and_never_overwrites_other_text(tmp_p
 def test_migration_keeps_every_number_and_the_readers_read_the_packed_files(tmp_path):
     results = tmp_path / "results"
     d = scored_run(results)
+    (d / "analysis").mkdir()
+    analysis = {"pruning": {"fractions": [0.0, 0.5], "pools": {}}, "importance": {"raw": [[0.25, 0.75]]}}
+    analysis_text = json.dumps(analysis, indent=1)
+    (d / "analysis" / "analysis.json").write_text(analysis_text)
     record_bytes = (d / "results.json").read_bytes()
     plain = (d / "hypotheses" / "test_2016_flickr.beam.en").read_bytes()
     before = results_check.snapshot(results)
@@ -100,6 +105,11 @@ def test_migration_keeps_every_number_and_the_readers_read_the_packed_files(tmp_
     assert "numbers unchanged" in out.getvalue()
     assert (d / "results.json").read_bytes() == record_bytes
     assert sorted(p.name for p in (d / "hypotheses").iterdir()) == ["test_2016_flickr.beam.en.gz"]
+    # the head analysis: gzipped, the same text, read back by the report's reader
+    assert sorted(p.name for p in (d / "analysis").iterdir()) == ["analysis.json.gz"]
+    assert gzip.decompress((d / "analysis" / "analysis.json.gz").read_bytes()).decode() == analysis_text
+    assert store_pack.read_analysis(d) == analysis
+    assert compare._load({"base": [d]}) == ({"base": [analysis]}, 0)
 
     # the report: load_runs keeps the run and reads the packed hypotheses
     runs, left_out = load_runs(results / "table3_x", "table3_x")
@@ -115,8 +125,22 @@ def test_migration_keeps_every_number_and_the_readers_read_the_packed_files(tmp_
     assert float(cli.stdout) == pytest.approx(round(stored, 4), abs=1e-9)
 
     # idempotent: a second run packs nothing and still finds the numbers unchanged
-    assert store_pack.pack_dir(d) == {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "pngs": 0}
+    assert store_pack.pack_dir(d) == {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "analyses": 0, "pngs": 0}
     assert results_check.migrate(results, out=io.StringIO()) == []
+
+
+def test_the_migration_check_sees_a_changed_analysis_and_a_plain_one_is_unpacked(tmp_path):
+    d = tmp_path / "results" / "runs" / "abc"
+    (d / "analysis").mkdir(parents=True)
+    (d / "analysis" / "analysis.json").write_text('{"a": 1}')
+    assert store_pack.unpacked(d)
+    plain = results_check.analysis_digest(d)
+    assert store_pack.pack_dir(d)["analyses"] == 1 and not store_pack.unpacked(d)
+    assert results_check.analysis_digest(d) == plain  # plain or gzipped: the same text
+    (d / "analysis" / "analysis.json.gz").write_bytes(store_pack.gzip_bytes(b'{"a": 2}'))
+    assert results_check.analysis_digest(d) != plain
+    before, after = {"abc": ("h" + plain, ())}, {"abc": ("h" + results_check.analysis_digest(d), ())}
+    assert results_check.compare(before, after) == ["abc: results.json or analysis.json changed"]
 
 
 @needs_refs
@@ -188,7 +212,7 @@ def test_compare_names_a_changed_record_a_moved_score_and_a_lost_run():
     after = {"a": ("h1x", (("t.beam", 30.0, 30.5, 50.0, 50.0),))}
     lines = results_check.compare(before, after)
     assert any(line.startswith("b: gone") for line in lines)
-    assert "a: results.json changed" in lines
+    assert "a: results.json or analysis.json changed" in lines
     assert any("re-scores BLEU 30.5" in line for line in lines)
     # a re-score in the last bits of a double is the same score; a hundredth of a point is not
     assert results_check.mismatches([("t", 30.0, 30.0 + 1e-13, 50.0, 50.0)]) == []

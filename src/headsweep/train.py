@@ -25,6 +25,7 @@ from headsweep.analysis.settings import AnalysisError, AnalysisSettings
 from headsweep.config import compose, register_resolvers
 from headsweep.data import DataError
 from headsweep.store import experiment_key, train_once
+from headsweep.store.pack import analysis_file
 from headsweep.training.checks import ConfigError, check_config, check_devices
 from headsweep.training.runs import RESULTS, export_run, is_complete, write_json
 from headsweep.training.schema import SCHEMA, unknown_key
@@ -50,7 +51,7 @@ def run(cfg: DictConfig) -> dict:
         view,
         list(cfg.get("tags") or []),
         lambda: train_and_export(cfg, settings),
-        whole=lambda stored: not settings or (stored / "analysis" / "analysis.json").is_file(),
+        whole=lambda stored: not settings or analysis_file(stored) is not None,
         wait_note=lambda lock: print(f"  waiting for {lock}: another sweep trains this experiment", flush=True),
     )
     if not trained:
@@ -63,7 +64,7 @@ def train_and_export(cfg: DictConfig, settings: AnalysisSettings | None) -> dict
     out_dir = Path(cfg.paths.output_dir)
     if rank_zero_only.rank != 0 or not is_complete(out_dir):  # rank 0 alone writes the run's files
         return metrics
-    if settings and not (out_dir / "analysis" / "analysis.json").is_file():
+    if settings and analysis_file(out_dir) is None:
         analyze_after_training(out_dir, settings, cfg.logger.get("wandb", {}).get("mode"))
     if cfg.get("export_dir"):
         print(f"  exported to {export_run(out_dir, cfg.export_dir)}", flush=True)

@@ -10,7 +10,6 @@ the fixed and the learned heads each do. `make report SWEEP=<sweep>` adds the se
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
@@ -20,6 +19,7 @@ from headsweep.analysis.importance import KIND_NAMES
 from headsweep.reporting.markdown import figure, fmt_p, table
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, seed_test
+from headsweep.store.pack import read_analysis
 
 # (key, column, format, words for a higher value, words for a lower one)
 MEASURES = (
@@ -234,10 +234,9 @@ def _load(run_dirs: dict[str, list[Path]]) -> tuple[dict[str, list[dict]], int]:
     groups: dict[str, list[dict]] = {}
     grid, skipped = None, 0
     for name, dirs in run_dirs.items():
-        for path in (Path(d) / "analysis" / "analysis.json" for d in dirs):
-            if not path.is_file():
+        for a in (read_analysis(d) for d in dirs):
+            if a is None:
                 continue
-            a = json.loads(path.read_text())
             grid = grid or a["pruning"]["fractions"]
             if a["pruning"]["fractions"] != grid:
                 skipped += 1

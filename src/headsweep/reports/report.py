@@ -56,6 +56,7 @@ from headsweep.reports.report_table import (
 from headsweep.reports.significance import paired_bootstrap
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS
+from headsweep.store.pack import analysis_file
 from headsweep.sweeps.init_check import init_check_section, update_check_section
 from headsweep.sweeps.paper import COLUMNS, table3
 from headsweep.sweeps.specs import follows_width
@@ -480,7 +481,7 @@ def analysis_section(sweep: str, cells: list[Cell], out_dir: Path) -> str | None
     """The head-analysis section for the runs that have analysis/analysis.json (`make analyze`, or
     analysis=... after training), grouped by the report's cells under their display names, in the table's
     order (the base first, which the section compares every other cell with); None when none is analysed."""
-    groups = {display(c): [r.dir for r in c.runs if (r.dir / "analysis" / "analysis.json").is_file()] for c in cells}
+    groups = {display(c): [r.dir for r in c.runs if analysis_file(r.dir)] for c in cells}
     groups = {name: dirs for name, dirs in groups.items() if dirs}
     base = next((display(c) for c in cells if c.base), None)
     return report_section(groups, out_dir, sweep, base) if groups else None

@@ -8,6 +8,7 @@ module re-scores with sacreBLEU against the references, which the reports read, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 
@@ -18,10 +19,12 @@ from headsweep.store.pack import (
     RUN_LIMIT_BYTES,
     STORED_TOL,
     PackError,
+    analysis_file,
     beside_beam,
     digest,
     disk_bytes,
     hypothesis_file,
+    open_text,
     oversize,
     pack_dir,
     run_bytes,
@@ -83,8 +86,22 @@ def largest_gap(snap: dict) -> float:
 
 
 def snapshot(results: Path) -> dict[str, tuple[str, tuple]]:
-    """{run: (sha256 of results.json, its re-scores)}: what migrate compares before and after."""
-    return {d.name: (digest(d / RESULTS), tuple(rescore(d))) for d in run_dirs(results) if (d / RESULTS).is_file()}
+    """{run: (sha256 of results.json and of its analysis.json's text where it has one, its re-scores)}: what
+    migrate compares before and after."""
+    return {
+        d.name: (digest(d / RESULTS) + analysis_digest(d), tuple(rescore(d)))
+        for d in run_dirs(results)
+        if (d / RESULTS).is_file()
+    }
+
+
+def analysis_digest(run_dir: Path) -> str:
+    """sha256 of a run's analysis.json text, plain or gzipped (the same for both); "" without one."""
+    path = analysis_file(run_dir)
+    if path is None:
+        return ""
+    with open_text(path) as f:
+        return ":" + hashlib.sha256(f.read().encode()).hexdigest()
 
 
 def compare(before: dict, after: dict) -> list[str]:
@@ -96,7 +113,7 @@ def compare(before: dict, after: dict) -> list[str]:
     for run in sorted(before.keys() & after.keys()):
         (h0, s0), (h1, s1) = before[run], after[run]
         if h0 != h1:
-            lines.append(f"{run}: results.json changed")
+            lines.append(f"{run}: results.json or analysis.json changed")
         kept = {name for name, *_ in s1}
         if tuple(x for x in s0 if x[0] in kept or not x[0].endswith(".greedy")) != s1:  # same text, same score
             lines.append(f"{run}: re-scores changed: {s0} -> {s1}")
@@ -115,17 +132,19 @@ def migrate(results: Path, out=sys.stdout) -> list[str]:
     )
     before = snapshot(results)
     disk0 = disk_bytes(results)
-    done = {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "pngs": 0}
+    done = {"gzipped": 0, "greedy_dropped": 0, "metrics": 0, "analyses": 0, "pngs": 0}
     for d in run_dirs(results):
         for k, n in pack_dir(d).items():
             done[k] += n
     after = snapshot(results)
     size1, disk1 = tree_bytes(results), disk_bytes(results)
     scored = sum(len(s) for _, s in after.values())
+    analysed = sum(":" in h for h, _ in after.values())
     print(
         f"packed {len(after)} runs: {done['gzipped']} hypothesis files gzipped, {done['greedy_dropped']} greedy "
         f"hypothesis files left out (beam kept; their scores stay in results.json), {done['metrics']} metrics "
-        f"CSVs gzipped, {done['pngs']} figures re-saved; {results}: {size0 / 1e6:.1f} MB -> {size1 / 1e6:.1f} MB "
+        f"CSVs gzipped, {done['analyses']} analysis.json gzipped, {done['pngs']} figures re-saved; {results}: "
+        f"{size0 / 1e6:.1f} MB -> {size1 / 1e6:.1f} MB "
         f"in files, {disk0 / 2**20:.1f} MiB -> {disk1 / 2**20:.1f} MiB on disk (du)",
         file=out,
     )
@@ -134,7 +153,8 @@ def migrate(results: Path, out=sys.stdout) -> list[str]:
         print(f"NUMBERS CHANGED ({len(diff)}): {diff[0]}", file=out)
     else:
         print(
-            f"numbers unchanged: {len(after)} results.json byte-identical; {scored} hypothesis files re-score "
+            f"numbers unchanged: {len(after)} results.json byte-identical, {analysed} analysis.json the same text; "
+            f"{scored} hypothesis files re-score "
             f"bit for bit the same before and after, each within {largest_gap(after):.1e} of its stored "
             f"BLEU and chrF (tolerance {STORED_TOL:g})",
             file=out,

@@ -14,6 +14,10 @@ hypotheses (31 MB over 242 runs) and full-colour analysis figures (12 MB) made r
 - Analysis figures are re-saved as palette PNGs (`shrink_png`: at most 256 colours, no dithering), which
   matplotlib's flat-colour plots survive unchanged to the eye at about a quarter of the bytes; analysis.json
   keeps every number, and `make analyze` redraws full-colour ones from a checkpoint.
+- analysis.json is stored gzipped (`analysis/analysis.json.gz`, 115 KB plain, about 15 KB packed: the 12
+  analysed runs held 1.4 MB of it); `analysis_file` finds either, `read_analysis` reads either, and
+  `zcat <run>/analysis/analysis.json.gz | jq` reads it by hand. analysis.md stays plain: it is the page a
+  reader opens in the browser.
 - A run's stored outputs stay under RUN_LIMIT_BYTES (tests/test_store_size.py checks every run in results/).
 
     python -m headsweep.reports.results_check migrate [--results results]  # make migrate-results
@@ -29,6 +33,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import json
 import os
 from pathlib import Path
 
@@ -37,6 +42,7 @@ from headsweep.store.store import RUNS
 
 GZ = ".gz"
 METRICS = "metrics.csv"
+ANALYSIS = Path("analysis") / "analysis.json"  # a run's head analysis, relative to its directory
 # One run's stored outputs (results.json, metrics.csv, gzipped hypotheses, analysis with palette PNGs), in
 # bytes. Packed, the 242 shipped runs measure 0.04-0.50 MB (the largest: a run with the head analysis and its
 # 8 figures); 1 MiB leaves room for a longer test set, and a run with full-colour figures and plain hypotheses
@@ -126,14 +132,20 @@ def redundant_greedy(hyp_dir: Path) -> list[Path]:
 
 
 def unpacked(run_dir: Path) -> bool:
-    """A stored run that pack_dir would still change: a plain metrics.csv, or greedy hypotheses beside beam ones."""
-    return (Path(run_dir) / METRICS).is_file() or bool(redundant_greedy(Path(run_dir) / "hypotheses"))
+    """A stored run that pack_dir would still change: a plain metrics.csv or analysis.json, or greedy
+    hypotheses beside beam ones."""
+    run_dir = Path(run_dir)
+    return (
+        (run_dir / METRICS).is_file()
+        or (run_dir / ANALYSIS).is_file()
+        or bool(redundant_greedy(run_dir / "hypotheses"))
+    )
 
 
 def pack_dir(run_dir: Path) -> dict:
     """Pack a stored run in place; idempotent. Plain hypotheses gzipped, greedy ones beside beam ones removed
-    (after the beam file is packed and checked), metrics.csv gzipped, analysis figures shrunk.
-    {"gzipped": n, "greedy_dropped": n, "metrics": n, "pngs": n}."""
+    (after the beam file is packed and checked), metrics.csv and analysis.json gzipped, analysis figures shrunk.
+    {"gzipped": n, "greedy_dropped": n, "metrics": n, "analyses": n, "pngs": n}."""
     run_dir = Path(run_dir)
     plain = [
         p
@@ -146,8 +158,15 @@ def pack_dir(run_dir: Path) -> dict:
     for p in greedy:
         p.unlink()
     metrics = [gzip_file(run_dir / METRICS)] if (run_dir / METRICS).is_file() else []
+    analyses = [gzip_file(run_dir / ANALYSIS)] if (run_dir / ANALYSIS).is_file() else []
     pngs = sum(shrink_png(p) for p in sorted((run_dir / "analysis").glob("*.png")))
-    return {"gzipped": len(plain), "greedy_dropped": len(greedy), "metrics": len(metrics), "pngs": pngs}
+    return {
+        "gzipped": len(plain),
+        "greedy_dropped": len(greedy),
+        "metrics": len(metrics),
+        "analyses": len(analyses),
+        "pngs": pngs,
+    }
 
 
 def metrics_file(run_dir: Path) -> Path | None:
@@ -155,6 +174,22 @@ def metrics_file(run_dir: Path) -> Path | None:
     csv/metrics.csv; None without one."""
     d = Path(run_dir)
     return next((p for p in (d / (METRICS + GZ), d / METRICS, d / "csv" / METRICS) if p.is_file()), None)
+
+
+def analysis_file(run_dir: Path) -> Path | None:
+    """A run's head analysis: analysis/analysis.json (a run directory, an unpacked run) or
+    analysis/analysis.json.gz (a stored run); None where the run has none."""
+    plain = Path(run_dir) / ANALYSIS
+    return next((p for p in (plain, plain.with_name(plain.name + GZ)) if p.is_file()), None)
+
+
+def read_analysis(run_dir: Path) -> dict | None:
+    """A run's analysis.json as a dict, plain or gzipped (analysis_file); None where it has none."""
+    path = analysis_file(run_dir)
+    if path is None:
+        return None
+    with open_text(path) as f:
+        return json.load(f)
 
 
 def open_text(path: Path):

@@ -7,6 +7,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headsweep.store.pack import analysis_file
 from headsweep.training.runs import is_complete
 
 
@@ -27,7 +28,7 @@ class Job:
     def finished(self, run_dir: Path) -> bool:
         """Complete, and analysed where the job analyses its model: a run whose analysis was cut short
         runs again, and `train` finds it trained and only analyses it."""
-        return is_complete(run_dir) and (self.analysis is None or (run_dir / "analysis" / "analysis.json").is_file())
+        return is_complete(run_dir) and (self.analysis is None or analysis_file(run_dir) is not None)
 
     @property
     def done(self) -> bool:

@@ -234,9 +234,7 @@ def _holds(stored: Path, run_dir: Path) -> bool:
     return (
         record is not None
         and record.complete
-        and (
-            (stored / "analysis" / "analysis.json").is_file() or not (run_dir / "analysis" / "analysis.json").is_file()
-        )
+        and (store_pack.analysis_file(stored) is not None or store_pack.analysis_file(run_dir) is None)
     )
 
 
