@@ -61,6 +61,8 @@ def test_the_stuck_seed_is_flagged_and_the_cell_shown_with_and_without_it(sweep_
     assert early[stuck_run.dir].step == 400
     assert early[stuck_run.dir].reference_median == pytest.approx(3.25)
     assert early[stuck_run.dir].excess == pytest.approx(0.65)
+    # at the end (step 800) every fixture curve sits 0.7 below its early value: the gap stays 0.65
+    assert early[stuck_run.dir].end_excess == pytest.approx((3.90 - 0.7) - statistics.median([2.50, 2.55, 2.60]))
     # the tiny pool has no gap above its floor with 3 runs beyond: the shipped value, said so
     assert info["threshold"].how == "shipped" and info["threshold"].value == S.SHIPPED_THRESHOLD
     assert h4.row["stuck_seeds"] == [3]
@@ -75,6 +77,21 @@ def test_the_stuck_seed_is_flagged_and_the_cell_shown_with_and_without_it(sweep_
     assert h4.row["test_bleu"] == pytest.approx(statistics.fmean(every))
 
 
+def test_a_slow_learner_is_told_from_a_plateau_by_its_gap_at_the_end(sweep_root):
+    """A flagged run whose gap to the base closes by the end (P_drop 0.2 at the ablation budget) reads
+    differently from one that keeps it: the gap at the last validation is reported beside the early one."""
+    cells, by = cells_of(sweep_root)
+    slow = next(r for r in by["h4-dk64-dv64"].runs if r.seed == 3)
+    # the same early value, then it catches up: 0.1 above the base's median end loss (2.55)
+    write_curve(slow.dir, {200: (5.0, 4.70), 400: (10.0, 3.90), 600: (20.0, 3.00), 800: (25.0, 2.65)})
+    cells, by = cells_of(sweep_root)
+    info = R.stuck_runs(cells, sweep_root, None, None)
+    e = info["early"][next(r for r in by["h4-dk64-dv64"].runs if r.seed == 3).dir]
+    assert e.excess == pytest.approx(0.65) and e.end_excess == pytest.approx(0.10)
+    assert S.gap_words(e) == "+0.650 at step 400, +0.100 at the end"
+    assert S.gap_words(e, step=False) == "+0.650, +0.100 at the end"
+
+
 def test_report_names_the_stuck_run_and_the_disagreeing_cell(sweep_root, tmp_path):
     out = tmp_path / "reports"
     md = R.write_report("table3_a", sweep_root, out, n_samples=20)[0].read_text()
@@ -83,7 +100,11 @@ def test_report_names_the_stuck_run_and_the_disagreeing_cell(sweep_root, tmp_pat
         "'stuck'); kept in every number, shown without them under Stuck runs; seeds disagree in h4-dk64-dv64." in md
     )
     assert "## Stuck runs" in md and "(step 400)" in md
-    assert "- Stuck (1 of 8 runs checked): `h4-dk64-dv64-s3` 3.900 at step 400 (+0.650), test BLEU 20.00." in md
+    assert (
+        "- Stuck (1 of 8 runs checked; each with its gap to the reference early and at the end, which a plateau "
+        "keeps and a slower learner narrows): `h4-dk64-dv64-s3` 3.900 at step 400 (+0.650, +0.650 at the end), "
+        "test BLEU 20.00." in md
+    )
     assert (
         "- Seeds disagree (some stuck, some not), so the cell's mean mixes two outcomes: h4-dk64-dv64 "
         "(stuck: seed 3 of 3)." in md

@@ -53,6 +53,15 @@ class Early:
     reference: str  # the reference cell's label
     reference_median: float
     excess: float
+    # the same difference at the run's last validation: a run that sat on a plateau keeps its gap, a run that
+    # only learns slower (a higher dropout) narrows it; None where the reference has no val loss at the end
+    end_excess: float | None = None
+
+
+def gap_words(e: Early, step: bool = True) -> str:
+    """'+0.383 at step 459, +0.240 at the end': the gap to the reference early and at the end."""
+    end = "" if e.end_excess is None else f", {e.end_excess:+.3f} at the end"
+    return f"{e.excess:+.3f}{f' at step {e.step}' if step else ''}{end}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,12 @@ def check_threshold(value: float | None) -> float | None:
             "above which a run counts as stuck; leave it out to choose it from the data"
         )
     return float(value)
+
+
+def end_point(run: Run) -> tuple[int, float] | None:
+    """(step, val loss) at the run's last validation; None without a val loss in its metrics CSV."""
+    points = sorted((s, v["val/loss"]) for s, v in learning_curve(run).items() if "val/loss" in v)
+    return points[-1] if points else None
 
 
 def early_point(run: Run) -> tuple[int, float] | None:
@@ -127,11 +142,15 @@ def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, E
     """Each run's Early, by run directory; a run without a validation, or whose reference cell has none,
     is absent (said in the report as not checked). A reference may hold runs of no cell (a learning-rate grid's:
     same_rate_references)."""
-    points = {r.dir: early_point(r) for c in [*cells, *references.values()] for r in c.runs}
-    medians = {}
+    every = [r for c in [*cells, *references.values()] for r in c.runs]
+    points = {r.dir: early_point(r) for r in every}
+    ends = {r.dir: end_point(r) for r in every}
+    medians, end_medians = {}, {}
     for ref in {id(v): v for v in references.values()}.values():
         losses = [points[r.dir][1] for r in ref.runs if points.get(r.dir)]
         medians[ref.label] = statistics.median(losses) if losses else None
+        losses = [ends[r.dir][1] for r in ref.runs if ends.get(r.dir)]
+        end_medians[ref.label] = statistics.median(losses) if losses else None
     out = {}
     for c in cells:
         ref = references[c.label]
@@ -139,7 +158,8 @@ def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, E
             if points[r.dir] is None or medians[ref.label] is None:
                 continue
             step, loss = points[r.dir]
-            out[r.dir] = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label])
+            end = None if end_medians[ref.label] is None else ends[r.dir][1] - end_medians[ref.label]
+            out[r.dir] = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label], end)
     return out
 
 
@@ -297,9 +317,10 @@ def section(
     )
     if stuck:
         lines.append(
-            f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked): "
+            f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked; each with its gap to the "
+            "reference early and at the end, which a plateau keeps and a slower learner narrows): "
             + "; ".join(
-                f"`{r.dir.name}` {e.loss:.3f} at step {e.step} ({e.excess:+.3f}), test BLEU "
+                f"`{r.dir.name}` {e.loss:.3f} at step {e.step} ({gap_words(e, step=False)}), test BLEU "
                 f"{r.results['metrics']['test/bleu']:.2f}"
                 for c, r, e in stuck
             )

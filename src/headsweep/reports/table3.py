@@ -31,6 +31,7 @@ from headsweep.reports import report_convergence
 from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
 from headsweep.reports.report import early_pool, paper_row, settings, stuck_runs, summarize
 from headsweep.reports.report_lr import choices, edge_section, split_grid_runs
+from headsweep.reports.report_stuck import gap_words
 from headsweep.sweeps.lr_select import LR_KEY
 from headsweep.sweeps.paper import FLOAT_COLUMNS, INT_COLUMNS
 from headsweep.sweeps.table3 import BUDGET, LR_GRID, ROWS, SEEDS
@@ -465,13 +466,15 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
             md += verdict_lines(row, info["judge"])
             md.append(convergence_line(info["convergence"]))
             stuck = [
-                f"{c.label} seed {', '.join(map(str, c.row['stuck_seeds']))}"
+                f"{c.label} seed {seed} ({gap_words(e)})"
                 for c in info["cells"]
-                if c.row.get("stuck_seeds")
+                for seed, e, _ in c.row.get("early") or []
+                if seed in (c.row.get("stuck_seeds") or [])
             ]
             threshold = info["stuck"]["threshold"]
             md.append(
-                f"- Stuck runs (early val loss over the base's by more than {threshold.value:.3f}): "
+                f"- Stuck runs (early val loss over the base's by more than {threshold.value:.3f}; the gap early and "
+                "at the end, which a plateau keeps and a slower learner narrows): "
                 + ("; ".join(stuck) if stuck else "none")
                 + "."
             )
