@@ -194,6 +194,32 @@ def test_the_page_shows_every_row_beside_the_paper(fake_root, tmp_path):
     assert "0.002" in md and "| 25.8 |" in md  # the chosen rate; the paper's base BLEU beside ours
 
 
+def test_the_papers_cells_we_have_not_run_are_lines_of_the_table_and_make_a_row_partial(fake_root, tmp_path):
+    """Row D with its dropout half only: the row is partial, naming the paper's cells none of ours matches, and
+    the table prints each of them in our units with the paper's numbers, as it prints a row never run."""
+    data = tmp_path / "data"
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        base = ["model.d_k=32", "model.d_v=32"]
+        fake_run(fake_root, data, "table3_d_dropout", "h8-dk32-dv32-drop0.1", base, seed, 30.0 + noise, base=True)
+        drop0 = [*base, "model.dropout=0.0"]
+        fake_run(fake_root, data, "table3_d_dropout", "h8-dk32-dv32-drop0", drop0, seed, 30.5 + noise)
+    rows = T.build(fake_root, T.read_paper(T.PAPER_CSV), n_samples=100)
+    assert rows["D"]["status"] == (
+        "partial (table3_d_smoothing not run yet; 3 of the paper's 4 cells not run yet: P_drop 0.2; eps_ls 0; "
+        "eps_ls 0.2)"
+    )
+    assert [line[0] for line in rows["D"]["unrun_lines"]] == ["D"] * 3
+    assert all(len(line) == len(T.HEADER) for r in rows.values() for line in r["unrun_lines"])
+    # row C never ran: the paper's N 2, 4, 8 at its 6 are our N 1, 2, 4 at our 3; its d_model 256 our 128 (d_k 16)
+    c = rows["C"]["unrun_lines"]
+    assert [line[1] for line in c[:3]] == ["1", "2", "4"] and c[0][T.HEADER.index("paper BLEU (dev)")] == "23.7"
+    assert c[3][1:7] == ["", "128", "", "", "16", "16"] and c[0][T.HEADER.index("our val PPL")] == "not run yet"
+    assert rows["B"]["status"] == "complete" and rows["B"]["unrun_lines"] == []  # both paper cells matched
+    md = T.markdown(rows, None, "")
+    table = md[md.index("## The table") :]
+    assert table.splitlines()[4].startswith("| base |")  # the base first, as in the paper
+
+
 def test_a_missing_paper_csv_is_one_line(fake_root, tmp_path, capsys):
     assert T.main(["--root", str(fake_root), "--out", str(tmp_path / "r"), "--paper", str(tmp_path / "no.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

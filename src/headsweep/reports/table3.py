@@ -29,7 +29,7 @@ from headsweep.reporting.markdown import figure, fmt_p, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reports import report_convergence
 from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
-from headsweep.reports.report import early_pool, paper_row, settings, stuck_runs, summarize
+from headsweep.reports.report import SIZES, early_pool, paper_row, settings, stuck_runs, summarize
 from headsweep.reports.report_lr import choices, edge_section, split_grid_runs
 from headsweep.reports.report_stuck import gap_words
 from headsweep.sweeps.lr_select import LR_KEY
@@ -164,6 +164,50 @@ def add_paper(cells: list[Cell], paper: list[dict]) -> None:
         c.row["paper_delta"] = None if p is None or same else p["dev_bleu"] - paper_base["dev_bleu"]
         c.row["paper_dppl"] = None if p is None or same else p["dev_ppl"] - paper_base["dev_ppl"]
         c.row["dppl"] = None if base is None or c is base else c.row["val_ppl"] - base.row["val_ppl"]
+
+
+def paper_settings(p: dict, paper: list[dict], base: Cell) -> dict:
+    """A paper cell's Table 3 columns in our units: sizes scaled by our base over the paper's (its N 2 at 6 is
+    our N 1 at 3), every other setting as printed."""
+    paper_base = next(r for r in paper if r["row"] == "base")
+    ours = settings(base.runs[0].flat)
+    out = {}
+    for k in SETTING_COLUMNS:
+        v = p[k] * ours[k] / paper_base[k] if k in SIZES else p[k]
+        out[k] = int(round(v)) if k in SIZES else v
+    return out
+
+
+def unrun_cells(row: str, cells: list[Cell], paper: list[dict]) -> list[dict]:
+    """The paper's cells of `row` that none of ours matches (add_paper), in the paper's order."""
+    matched = {id(c.row["paper"]) for c in cells if c.row.get("paper") is not None}
+    return [p for p in paper if p["row"] == row and id(p) not in matched]
+
+
+def unrun_name(p: dict, paper: list[dict], base: Cell | None) -> str:
+    """'eps_ls 0', 'N 1': where a paper cell differs from the base, in our units where we have a base."""
+    ref = settings(base.runs[0].flat) if base else next(r for r in paper if r["row"] == "base")
+    mine = paper_settings(p, paper, base) if base else {k: p[k] for k in SETTING_COLUMNS}
+    return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in mine.items() if v != ref[k])
+
+
+def unrun_row(row: str, p: dict, paper: list[dict], base: Cell, status: str) -> list[str]:
+    """The table's line for a paper cell we have not run: its settings in our units, the paper's numbers."""
+    ref = settings(base.runs[0].flat)
+    mine = paper_settings(p, paper, base)
+    setting = [
+        "" if mine[k] == ref[k] else f"{mine[k]:g}" if isinstance(mine[k], float) else str(mine[k])
+        for k in SETTING_COLUMNS
+    ]
+    return [
+        row,
+        *setting,
+        f(p.get("dev_ppl")),
+        f(p.get("dev_bleu"), "{:.1f}"),
+        f(p.get("params_M"), "{:.0f}"),
+        status,
+        *[""] * (len(HEADER) - 5 - len(SETTING_COLUMNS)),
+    ]
 
 
 def f(x, fmt="{:.2f}", none="—") -> str:
@@ -326,6 +370,7 @@ def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000
         sweeps = [n + suffix for n in names]
         got = row_runs(root, sweeps)
         info = {"sweeps": sweeps, "left_out": got["left_out"], "grid": got["grid"], "cells": [], "status": ""}
+        info["unrun"] = [p for p in paper if p["row"] == row]
         out[row] = info
         cells = merged_cells(got["runs"])
         if not cells:
@@ -343,8 +388,13 @@ def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000
         base = next((c for c in cells if c.base), None)
         short = [c.label for c in cells if c.row["n"] < SEEDS]
         missing = got["missing"]
+        # a paper cell none of ours matches: its sweep has not run, or has only its learning-rate grid
+        info["unrun"] = unrun_cells(row, cells, paper)
+        n_paper = sum(p["row"] == row for p in paper)
+        unrun = [unrun_name(p, paper, base) for p in info["unrun"]]
         parts = [f"{', '.join(short)}: fewer than {SEEDS} seeds"] if short else []
         parts += [f"{', '.join(missing)} not run yet"] if missing else []
+        parts += [f"{len(unrun)} of the paper's {n_paper} cells not run yet: {'; '.join(unrun)}"] if unrun else []
         info["status"] = "no base cell" if base is None else f"partial ({'; '.join(parts)})" if parts else "complete"
         info["devices"] = sorted(
             {
@@ -353,6 +403,11 @@ def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000
                 for r in c.runs
             }
         )
+    # the paper's cells we have not run, each a line of the table in our units (sizes need a base to scale by)
+    base = next((c for info in out.values() for c in info["cells"] if c.base), None)
+    for info in out.values():
+        waiting = "phase 1 only" if info["grid"] else "not run yet"
+        info["unrun_lines"] = [unrun_row(p["row"], p, paper, base, waiting) for p in info["unrun"]] if base else []
     return out
 
 
@@ -436,17 +491,15 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
         summary,
     )
     md += ["", "## The table", ""]
-    body = []
-    base_done = False
+    # the base first, as in the paper, whichever row ran it; then every row's other cells
+    any_base = next((c for info in rows.values() for c in info["cells"] if c.base), None)
+    body = [table_row("base", any_base, any_base)] if any_base else []
     for row, info in rows.items():
         base = next((c for c in info["cells"] if c.base), None)
-        for c in info["cells"]:
-            if c.base:
-                if base_done:
-                    continue
-                base_done = True
-            body.append(table_row(row, c, base))
-        if not info["cells"]:
+        body += [table_row(row, c, base) for c in info["cells"] if not c.base]
+        if info.get("unrun_lines"):
+            body += info["unrun_lines"]
+        elif not info["cells"]:
             body.append([row, *[""] * len(SETTING_COLUMNS), *["—"] * 3, info["status"], *[""] * (len(HEADER) - 14)])
     md += markdown_table(HEADER, body)
     md += ["", "## Rows", ""]
