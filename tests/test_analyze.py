@@ -25,6 +25,7 @@ from headsweep.analysis.settings import AnalysisSettings
 from headsweep.data import make_batches
 from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
 from headsweep.model.attention import MultiHeadAttention
+from headsweep.store.pack import read_analysis
 
 
 def tiny_net(**kw) -> Transformer:
@@ -501,8 +502,9 @@ def test_analysis_records_and_marks_fixed_heads(tmp_path_factory, capsys, monkey
 def test_wandb_tables_name_the_fixed_heads():
     """The W&B tables of a shipped analysis with 4 fixed encoder heads (results/fixed_heads, seed 1): the
     `fixed` column holds each head's pattern, "" for learned heads, in every per-head table."""
-    path = Path(__file__).parents[1] / "results/fixed_heads/h8-dk32-dv32-fixed_enc4-s1/analysis/analysis.json"
-    a = json.loads(path.read_text())
+    # a stored run: its analysis.json is gzipped (store/pack.py), read_analysis reads either
+    a = read_analysis(Path(__file__).parents[1] / "results/fixed_heads/h8-dk32-dv32-fixed_enc4-s1")
+    assert a is not None
     tables = A.wandb_tables(a)
     cols, rows = tables["importance_table"]
     fixed = {(r[0], r[2]): r[cols.index("fixed")] for r in rows}
