@@ -193,15 +193,9 @@ def unrun_name(p: dict, paper: list[dict], base: Cell | None) -> str:
 
 def unrun_row(row: str, p: dict, paper: list[dict], base: Cell, status: str) -> list[str]:
     """The table's line for a paper cell we have not run: its settings in our units, the paper's numbers."""
-    ref = settings(base.runs[0].flat)
-    mine = paper_settings(p, paper, base)
-    setting = [
-        "" if mine[k] == ref[k] else f"{mine[k]:g}" if isinstance(mine[k], float) else str(mine[k])
-        for k in SETTING_COLUMNS
-    ]
     return [
         row,
-        *setting,
+        *setting_strings(paper_settings(p, paper, base), settings(base.runs[0].flat)),
         f(p.get("dev_ppl")),
         f(p.get("dev_bleu"), "{:.1f}"),
         f(p.get("params_M"), "{:.0f}"),
@@ -219,15 +213,18 @@ def mean_text(r: dict) -> str:
     return f"{r['test_bleu']:.2f}{sd} (n={r['n']})"
 
 
-def setting_cells(c: Cell, base: Cell | None) -> list[str]:
-    """Table 3's layout: a setting is printed where it differs from the base (the base row prints all)."""
-    ours = settings(c.runs[0].flat)
-    ref = settings(base.runs[0].flat) if base and c is not base else None
+def setting_strings(ours: dict, ref: dict | None) -> list[str]:
+    """Table 3's layout: a setting is printed where it differs from `ref` (every one where ref is None)."""
     out = []
     for k in SETTING_COLUMNS:
         v = ours[k]
         out.append("" if ref is not None and ref[k] == v else f"{v:g}" if isinstance(v, float) else str(v))
     return out
+
+
+def setting_cells(c: Cell, base: Cell | None) -> list[str]:
+    """A cell's settings where they differ from the base (the base row prints all)."""
+    return setting_strings(settings(c.runs[0].flat), settings(base.runs[0].flat) if base and c is not base else None)
 
 
 def rate_text(c: Cell) -> str:
