@@ -207,3 +207,15 @@ def test_identical_heads_are_flagged_for_their_w_o_step():
     assert all(r > 1.2 for r in ratios), ratios
     found = lines(cells)
     assert len(found) == 1 and "the 8 heads start identical and get the same gradient" in found[0], found
+
+
+def test_a_cell_that_varies_depth_is_not_flagged_for_its_pooled_change():
+    """Row C's N 1: one layer of each kind, the one nearest the loss, which moves most in every model (the base's
+    cross-attention grows from the bottom layer to the top). Pooled over layers it reads about 2x the base's; depth
+    is what the cell varies, so it is shown, not flagged, while a moved fan-in in the same sweep still is."""
+    cells = {"h8": cell(BASE), "n1": cell([*BASE, "model.n_layers=1"]), "h32": cell(H32)}
+    base_cross = cells["h8"][1]["change_by_layer"]["cross"]
+    assert base_cross[-1] > 1.3 * base_cross[0], base_cross  # the top layer moves most
+    assert cells["n1"][1]["change"]["cross"] / cells["h8"][1]["change"]["cross"] > 1 + UPDATE_MARGIN
+    found = lines(cells)
+    assert len(found) == 1 and "cell h32 moves" in found[0], found
