@@ -37,9 +37,9 @@ def test_every_row_plans_todays_protocol_around_one_base_run(tmp_path, monkeypat
     """Each row's sweeps, planned as `make table3` plans them: fan_in, step decay, the ablation budget, and a
     base cell whose grid runs are one experiment in every row (the store holds it once): row B's shipped one."""
     monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)
-    grid = parse_grid(P.LR_GRID)
     keys = {}
     for row, names in P.ROWS.items():
+        grid = parse_grid(P.row_grid(row))
         for name in names:
             lr = plan_lr(
                 name, P.SEEDS, ["trainer.precision=bf16-mixed"], grid, results=tmp_path, budget=P.BUDGET, jobs=1
@@ -50,10 +50,32 @@ def test_every_row_plans_todays_protocol_around_one_base_run(tmp_path, monkeypat
             (base,) = [c for c in lr.cells if c.base]
             keys[name] = {v: store.flat_key({**base.flat, LR_KEY: v}, 1) for v in grid}
             assert len(lr.cells) == {"A": 6, "B": 3, "C": 8, "D": 3, "E": 2}[row], name
-    assert len({tuple(k.values()) for k in keys.values()}) == 1, keys
+    for rate in {v for k in keys.values() for v in k}:  # one base experiment per rate, whichever rows try it
+        assert len({k[rate] for k in keys.values() if rate in k}) == 1, (rate, keys)
     shipped = SHIPPED / "table3_b_fan_in" / "h8-dk32-dv32-lr0.002-s1"
     if shipped.is_symlink():  # the store's run row B trained is the base every other row reuses
         assert Path(os.readlink(shipped)).name == keys["table3_a_fan_in"][0.002]
+
+
+def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch, capsys):
+    """Rows A and C sweep 1e-3,2e-3,4e-3 (5e-4 won no earlier cell; 2e-3 needed an edge run nearly everywhere),
+    the shipped rows stay on 5e-4,1e-3,2e-3: each sweep is handed its row's grid, and the protocol line says both."""
+    seen = {}
+    monkeypatch.setattr("headsweep.sweeps.sweep.main", lambda argv: seen.setdefault(argv[1], argv) and 0)
+    assert P.main(["--dry", "--rows", "A,B,C,D,E", "trainer.accelerator=cpu"]) == 0
+    grids = {name: next(a for a in argv if a.startswith("--lr-grid=")) for name, argv in seen.items()}
+    assert grids == {
+        "table3_a_fan_in": "--lr-grid=1e-3,2e-3,4e-3",
+        "table3_b_fan_in": "--lr-grid=5e-4,1e-3,2e-3",
+        "table3_c": "--lr-grid=1e-3,2e-3,4e-3",
+        "table3_d_dropout": "--lr-grid=5e-4,1e-3,2e-3",
+        "table3_d_smoothing": "--lr-grid=5e-4,1e-3,2e-3",
+        "table3_e": "--lr-grid=5e-4,1e-3,2e-3",
+    }
+    assert "from 5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in capsys.readouterr().out
+    from headsweep.reports.table3 import PROTOCOL_WORDS
+
+    assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOL_WORDS
 
 
 @pytest.mark.skipif(not (SHIPPED / "table3_b_fan_in").is_dir(), reason="no shipped table3_b_fan_in")
