@@ -46,9 +46,7 @@ def row_grid(row: str) -> str:
 def grid_words() -> str:
     """'5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)': every row's grid, for a line of output or a page."""
     other = sorted({g for g in ROW_GRIDS.values() if g != LR_GRID})
-    return LR_GRID + "".join(
-        f" (rows {' and '.join(r for r, g in ROW_GRIDS.items() if g == o)}: {o})" for o in other
-    )
+    return LR_GRID + "".join(f" (rows {' and '.join(r for r, g in ROW_GRIDS.items() if g == o)}: {o})" for o in other)
 
 
 class RowError(ValueError):
