@@ -312,3 +312,35 @@ def test_a_cell_chosen_at_its_grids_edge_is_named_unless_a_worse_run_past_the_ed
         "h8-dk32-dv32-pos-sinusoidal chose 0.002, the grid's edge, at val loss 2.300; the same experiment and "
         "seed past that edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100)" in row_e
     )
+
+
+def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_cards_own_base(fake_root, tmp_path):
+    """Row A: the CPU has only a grid run, the H200 the whole row. The page takes every cell of row A, its base
+    too, from the card (a row never mixes devices) and says so; the base line atop the table stays the CPU
+    rows'. A card's row still partial is not taken."""
+    data = tmp_path / "data"
+    fake_run(fake_root, data, "table3_a_fan_in", "h1-dk256-dv256", ["model.heads=1"], 1, 25.0, phase="grid")
+    card = "table3_a_fan_in_h200"
+    cells = {"h8-dk32-dv32": (8, 33.0), "h1-dk256-dv256": (1, 32.0), "h4-dk64-dv64": (4, 33.5)}
+    cells |= {"h16-dk16-dv16": (16, 31.0), "h32-dk8-dv8": (32, 28.0)}
+    for seed, noise in zip((1, 2), (-0.1, 0.1)):
+        for label, (h, bleu) in cells.items():
+            over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
+            fake_run(fake_root, data, card, label, over, seed, bleu + noise, base=h == 8)
+    paper = T.read_paper(T.PAPER_CSV)
+    rows = T.build(fake_root, paper, n_samples=50)
+    assert rows["A"]["sweeps"] == ["table3_a_fan_in"] and rows["A"]["status"] == "partial (phase 1 only)"
+    for label, (h, bleu) in cells.items():  # the third seed finishes the card's row
+        over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
+        fake_run(fake_root, data, card, label, over, 3, bleu, base=h == 8)
+    rows = T.build(fake_root, paper, n_samples=50)
+    a = rows["A"]
+    assert a["sweeps"] == [card] and a["status"] == "complete" and a["devices"] == ["bf16-mixed gpu"]
+    assert a["instead_of"] == (["table3_a_fan_in"], "partial (phase 1 only)")
+    delta = {c.label: c.row["delta"] for c in a["cells"] if not c.base}
+    assert delta["h1-dk256-dv256"] == pytest.approx(-1.0)  # against the card's base (33), not the CPU's (30)
+    md = T.markdown(rows, None, "")
+    table = md[md.index("## The table") :].splitlines()
+    assert table[4].startswith("| base |") and "30.00 ± 0.10" in table[4]  # row B's CPU base stays atop
+    assert table[5].startswith("| A: base on h200 |") and "33.00 ± 0.10" in table[5]
+    assert "Shown from the card: the CPU's `table3_a_fan_in` is partial (phase 1 only)" in md

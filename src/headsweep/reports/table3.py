@@ -11,7 +11,9 @@ report_stuck's flags; report_convergence's share of the val-loss drop in the las
 A row counts only runs of today's protocol (PROTOCOL: fan_in init, a decay by the step alone, the ablation
 budget's steps, a peak rate chosen per cell on validation from the LR grid); any other finished run of its
 sweeps is named and left out, never mixed in. Per row, the verdict: does each cell move BLEU the way the
-paper's does (the sign of Δ), and do the cells rank as the paper's do (Spearman's rho of the Δs)? A cell of
+paper's does (the sign of Δ), and do the cells rank as the paper's do (Spearman's rho of the Δs)? A row is the
+CPU's sweeps unless only a card finished it (<sweep>_<card>, all runs on a GPU): then every cell of it, its base
+too, is the card's, its Δs against the card's own base, and the page says so. A cell of
 the opposite sign whose Δ is inside seed noise (Welch p >= ALPHA, or one seed) is no disagreement.
 """
 
@@ -256,11 +258,11 @@ HEADER = [
 ]
 
 
-def table_row(row: str, c: Cell, base: Cell | None) -> list[str]:
+def table_row(row: str, c: Cell, base: Cell | None, label: str | None = None) -> list[str]:
     r, p = c.row, c.row.get("paper") or {}
     partial = " (partial)" if r["n"] < SEEDS else ""
     return [
-        "base" if c.base else row,
+        label or ("base" if c.base else row),
         *setting_cells(c, base),
         f(p.get("dev_ppl")),
         f(p.get("dev_bleu"), "{:.1f}"),
@@ -290,7 +292,7 @@ def verdict_lines(row: str, j: dict) -> list[str]:
     ]
     if j["disagree"]:
         lines.append(
-            "- Disagree (opposite sign, beyond seed noise, Welch p < 0.05): "
+            "- Disagree (opposite sign, or a change where the paper's Δ is 0; beyond seed noise, Welch p < 0.05): "
             + "; ".join(
                 f"{c.label} (ours {c.row['delta']:+.2f}, paper {c.row['paper_delta']:+.1f})" for c in j["disagree"]
             )
@@ -360,53 +362,87 @@ def edge_words(root: Path, grid_runs: list) -> list[str]:
     return [line for line in edge_section(root, by_cell, grids, chosen) if line]
 
 
+def row_info(root: Path, row: str, names: tuple, suffix: str, paper: list[dict], n_samples: int, threshold, early):
+    """One row's cells and words from its sweeps under `suffix` ('' the CPU's, '_h200' a card's)."""
+    sweeps = [n + suffix for n in names]
+    got = row_runs(root, sweeps)
+    info = {"sweeps": sweeps, "suffix": suffix, "left_out": got["left_out"], "grid": got["grid"], "cells": []}
+    info["unrun"] = [p for p in paper if p["row"] == row]
+    cells = merged_cells(got["runs"])
+    if not cells:
+        info["status"] = "partial (phase 1 only)" if got["grid"] else "not run yet"
+        return info
+    summary = summarize(cells, n_samples)
+    add_paper(cells, paper)
+    info["stuck"] = stuck_runs(cells, root, threshold, early() if threshold is None else None)
+    info["convergence"] = report_convergence.convergence(cells)
+    info["cells"], info["summary"] = cells, summary
+    info["judge"] = judge(cells)
+    info["edges"] = edge_words(root, got["grid"])
+    base = next((c for c in cells if c.base), None)
+    short = [c.label for c in cells if c.row["n"] < SEEDS]
+    missing = got["missing"]
+    # a paper cell none of ours matches: its sweep has not run, or has only its learning-rate grid
+    info["unrun"] = unrun_cells(row, cells, paper)
+    n_paper = sum(p["row"] == row for p in paper)
+    unrun = [unrun_name(p, paper, base) for p in info["unrun"]]
+    parts = [f"{', '.join(short)}: fewer than {SEEDS} seeds"] if short else []
+    parts += [f"{', '.join(missing)} not run yet"] if missing else []
+    parts += [f"{len(unrun)} of the paper's {n_paper} cells not run yet: {'; '.join(unrun)}"] if unrun else []
+    info["status"] = "no base cell" if base is None else f"partial ({'; '.join(parts)})" if parts else "complete"
+    info["devices"] = sorted(
+        {
+            f"{r.flat.get('trainer.precision')} {r.flat.get('trainer.accelerator') or 'cpu'}"
+            for c in cells
+            for r in c.runs
+        }
+    )
+    return info
+
+
+def card_suffixes(root: Path, names: tuple) -> list[str]:
+    """'_h200' where every sweep of a row also ran on a card under its name (make table3 where torch sees a
+    GPU); other suffixes (a sweep's '_edge' runs) are checked by their runs' device in build()."""
+    first = names[0]
+    found = {p.name[len(first) :] for p in root.glob(f"{first}_*") if p.is_dir()} if root.is_dir() else set()
+    return sorted(s for s in found if all((root / (n + s)).is_dir() for n in names))
+
+
 def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000, threshold=None) -> dict:
-    """Every row's cells and words: {row: {...}}."""
-    pool = None
+    """Every row's cells and words: {row: {...}}. With a suffix every row is that card's; without one a row is
+    the CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too),
+    since a row never mixes devices, and the page says so."""
+    pool: list = []
+
+    def early():
+        if not pool:
+            pool.append(early_pool(root))
+        return pool[0]
+
     out = {}
     for row, names in ROWS.items():
-        sweeps = [n + suffix for n in names]
-        got = row_runs(root, sweeps)
-        info = {"sweeps": sweeps, "left_out": got["left_out"], "grid": got["grid"], "cells": [], "status": ""}
-        info["unrun"] = [p for p in paper if p["row"] == row]
+        info = row_info(root, row, names, suffix, paper, n_samples, threshold, early)
+        if not suffix and info["status"] != "complete":
+            for card in card_suffixes(root, names):
+                alt = row_info(root, row, names, card, paper, n_samples, threshold, early)
+                on_card = alt["cells"] and all(d.endswith(" gpu") for d in alt["devices"])
+                if on_card and alt["status"] == "complete":
+                    alt["instead_of"] = (info["sweeps"], info["status"])
+                    info = alt
+                    break
         out[row] = info
-        cells = merged_cells(got["runs"])
-        if not cells:
-            info["status"] = "partial (phase 1 only)" if got["grid"] else "not run yet"
-            continue
-        summary = summarize(cells, n_samples)
-        add_paper(cells, paper)
-        if pool is None and threshold is None:
-            pool = early_pool(root)
-        info["stuck"] = stuck_runs(cells, root, threshold, pool)
-        info["convergence"] = report_convergence.convergence(cells)
-        info["cells"], info["summary"] = cells, summary
-        info["judge"] = judge(cells)
-        info["edges"] = edge_words(root, got["grid"])
-        base = next((c for c in cells if c.base), None)
-        short = [c.label for c in cells if c.row["n"] < SEEDS]
-        missing = got["missing"]
-        # a paper cell none of ours matches: its sweep has not run, or has only its learning-rate grid
-        info["unrun"] = unrun_cells(row, cells, paper)
-        n_paper = sum(p["row"] == row for p in paper)
-        unrun = [unrun_name(p, paper, base) for p in info["unrun"]]
-        parts = [f"{', '.join(short)}: fewer than {SEEDS} seeds"] if short else []
-        parts += [f"{', '.join(missing)} not run yet"] if missing else []
-        parts += [f"{len(unrun)} of the paper's {n_paper} cells not run yet: {'; '.join(unrun)}"] if unrun else []
-        info["status"] = "no base cell" if base is None else f"partial ({'; '.join(parts)})" if parts else "complete"
-        info["devices"] = sorted(
-            {
-                f"{r.flat.get('trainer.precision')} {r.flat.get('trainer.accelerator') or 'cpu'}"
-                for c in cells
-                for r in c.runs
-            }
-        )
     # the paper's cells we have not run, each a line of the table in our units (sizes need a base to scale by)
-    base = next((c for info in out.values() for c in info["cells"] if c.base), None)
+    base = table_base(out)
     for info in out.values():
         waiting = "phase 1 only" if info["grid"] else "not run yet"
         info["unrun_lines"] = [unrun_row(p["row"], p, paper, base, waiting) for p in info["unrun"]] if base else []
     return out
+
+
+def table_base(rows: dict):
+    """The base line atop the table: the one every CPU row shares, else any row's."""
+    bases = [(bool(info.get("suffix")), c) for info in rows.values() for c in info["cells"] if c.base]
+    return min(bases, key=lambda b: b[0])[1] if bases else None
 
 
 def plot(rows: dict, path: Path) -> Path | None:
@@ -463,9 +499,9 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
         "own, at its scale (transformer base, WMT14 EN-DE, 100k steps); ours are the small model (N 3, d_model 256, "
         "d_ff 1024, h 8) on Multi30k DE-EN at 1,150 steps: val PPL is per subword of plain NLL (never smoothed), "
         "test BLEU is beam search on test_2016_flickr, mean ± sd over seeds. Sizes compare relative to each base "
-        "(our d_model 128 is the paper's 256, N 1 its 2). Δ is against the row's base (the one base run every row "
-        "shares); Welch p is over the seeds' test BLEU, the bootstrap p is sacreBLEU's paired bootstrap over the "
-        "seeds pooled. A blank setting is the base's, as in the paper.",
+        "(our d_model 128 is the paper's 256, N 1 its 2). Δ is against the row's base (the one base run every CPU "
+        "row shares; a row from a card has the card's own); Welch p is over the seeds' test BLEU, the bootstrap p "
+        "is sacreBLEU's paired bootstrap over the seeds pooled. A blank setting is the base's, as in the paper.",
         "",
         "## Summary",
         "",
@@ -490,10 +526,12 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
     )
     md += ["", "## The table", ""]
     # the base first, as in the paper, whichever row ran it; then every row's other cells
-    any_base = next((c for info in rows.values() for c in info["cells"] if c.base), None)
+    any_base = table_base(rows)
     body = [table_row("base", any_base, any_base)] if any_base else []
     for row, info in rows.items():
         base = next((c for c in info["cells"] if c.base), None)
+        if base is not None and info.get("suffix"):  # a row from a card: its own base, against which its Δs are
+            body.append(table_row(row, base, base, f"{row}: base on {info['suffix'].lstrip('_')}"))
         body += [table_row(row, c, base) for c in info["cells"] if not c.base]
         if info.get("unrun_lines"):
             body += info["unrun_lines"]
@@ -507,6 +545,13 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
             "",
             f"- Sweeps: {', '.join(f'`{s}`' for s in info['sweeps'])}; state: {info['status']}.",
         ]
+        if info.get("instead_of"):
+            cpu, state = info["instead_of"]
+            md.append(
+                f"- Shown from the card: the CPU's {', '.join(f'`{s}`' for s in cpu)} is {state}, and a row never "
+                "mixes devices, so every cell of this row, its base too, trained on the card, and each Δ is against "
+                "the card's own base (the base line atop the table is the CPU rows')."
+            )
         if not info["cells"]:
             if info["grid"]:
                 md += grid_only_lines(info["grid"])
