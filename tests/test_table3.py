@@ -321,18 +321,11 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     data = tmp_path / "data"
     fake_run(fake_root, data, "table3_a_fan_in", "h1-dk256-dv256", ["model.heads=1"], 1, 25.0, phase="grid")
     card = "table3_a_fan_in_h200"
-    cells = {"h8-dk32-dv32": (8, 33.0), "h1-dk256-dv256": (1, 32.0), "h4-dk64-dv64": (4, 33.5)}
-    cells |= {"h16-dk16-dv16": (16, 31.0), "h32-dk8-dv8": (32, 28.0)}
-    for seed, noise in zip((1, 2), (-0.1, 0.1)):
-        for label, (h, bleu) in cells.items():
-            over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
-            fake_run(fake_root, data, card, label, over, seed, bleu + noise, base=h == 8)
+    fake_card_row_a(fake_root, data, {1: -0.1, 2: 0.1})
     paper = T.read_paper(T.PAPER_CSV)
     rows = T.build(fake_root, paper, n_samples=50)
     assert rows["A"]["sweeps"] == ["table3_a_fan_in"] and rows["A"]["status"] == "partial (phase 1 only)"
-    for label, (h, bleu) in cells.items():  # the third seed finishes the card's row
-        over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
-        fake_run(fake_root, data, card, label, over, 3, bleu, base=h == 8)
+    fake_card_row_a(fake_root, data, {3: 0.0})  # the third seed finishes the card's row
     rows = T.build(fake_root, paper, n_samples=50)
     a = rows["A"]
     assert a["sweeps"] == [card] and a["status"] == "complete" and a["devices"] == ["bf16-mixed gpu"]
@@ -344,3 +337,35 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     assert table[4].startswith("| base |") and "30.00 ± 0.10" in table[4]  # row B's CPU base stays atop
     assert table[5].startswith("| A: base on h200 |") and "33.00 ± 0.10" in table[5]
     assert "Shown from the card: the CPU's `table3_a_fan_in` is partial (phase 1 only)" in md
+
+
+def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:
+    """Row A's five cells (the paper's four and the base) as an H200 trained them: {seed: BLEU offset}."""
+    cells = {"h8-dk32-dv32": (8, 33.0), "h1-dk256-dv256": (1, 32.0), "h4-dk64-dv64": (4, 33.5)}
+    cells |= {"h16-dk16-dv16": (16, 31.0), "h32-dk8-dv8": (32, 28.0)}
+    for seed, noise in seeds.items():
+        for label, (h, bleu) in cells.items():
+            over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
+            fake_run(root, data, "table3_a_fan_in_h200", label, over, seed, bleu + noise, base=h == 8)
+
+
+def test_make_table3_on_a_cpu_leaves_a_row_a_card_finished_to_the_card_unless_rows_names_it(
+    fake_root, tmp_path, monkeypatch, capsys
+):
+    data = tmp_path / "data"
+    seen = []
+    monkeypatch.setattr("headsweep.sweeps.sweep.main", lambda argv: seen.append(argv[1]) and 0)
+    fake_card_row_a(fake_root, data, {1: -0.1, 2: 0.1})  # two seeds: not finished, so row A runs here
+    assert P.main(["--dry", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
+    assert "table3_a_fan_in" in seen and "complete on the card" not in capsys.readouterr().out
+    fake_card_row_a(fake_root, data, {3: 0.0})
+    seen.clear()
+    assert P.main(["--dry", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "table3_a_fan_in" not in seen and "table3_c" in seen
+    assert (
+        "row A: complete on the card as table3_a_fan_in_h200" in out and "done    h32-dk8-dv8-s3  (on the card)" in out
+    )
+    seen.clear()
+    assert P.main(["--dry", "--rows", "A", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
+    assert seen == ["table3_a_fan_in"]  # named: it runs here too
