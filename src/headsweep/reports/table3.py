@@ -484,7 +484,7 @@ def plot(rows: dict, path: Path) -> Path | None:
             fmt="o",
             color=ROW_COLOURS[row],
             capsize=3,
-            label=f"row {row}",
+            label=f"row {row}" + (f" ({rows[row]['suffix'].lstrip('_')})" if rows[row].get("suffix") else ""),
         )
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(0, color="grey", lw=0.8)
