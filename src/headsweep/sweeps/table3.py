@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for row, card in on_card.items():
         names = ", ".join(n + card for n in ROWS[row])
-        done = sorted(p.name for n in ROWS[row] for p in (args.results / (n + card)).iterdir())
+        done = sorted(p.name for n in ROWS[row] for p in (args.results / (n + card)).iterdir() if p.name[0] != ".")
         print(
             f"\n== row {row}: complete on the card as {names}, which the page shows; not run here "
             f"(`make table3 ROWS={row}` runs it on this machine too)",
