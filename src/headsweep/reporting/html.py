@@ -25,7 +25,7 @@ img{max-width:100%;height:auto}
 figure{margin:1em 0}figcaption{font-size:90%;color:#444;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}
 code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-wrap:anywhere}
-#cells table{font-size:10px;display:table;overflow:visible}#cells td,#cells th{padding:2px}
+#cells table{font-size:10px;display:table;overflow:visible}#cells td,#cells th{padding:2px 1px}
 #questions table{font-size:12.5px;line-height:1.3}#questions td,#questions th{text-align:left}
 #questions td:first-child{width:24%}#questions td:nth-child(3){width:30%;color:#555}
 #cells thead th{position:sticky;top:0;z-index:1;box-shadow:0 1px 0 #ccc}
