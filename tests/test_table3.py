@@ -347,25 +347,3 @@ def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:
         for label, (h, bleu) in cells.items():
             over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
             fake_run(root, data, "table3_a_fan_in_h200", label, over, seed, bleu + noise, base=h == 8)
-
-
-def test_make_table3_on_a_cpu_leaves_a_row_a_card_finished_to_the_card_unless_rows_names_it(
-    fake_root, tmp_path, monkeypatch, capsys
-):
-    data = tmp_path / "data"
-    seen = []
-    monkeypatch.setattr("headsweep.sweeps.sweep.main", lambda argv: seen.append(argv[1]) and 0)
-    fake_card_row_a(fake_root, data, {1: -0.1, 2: 0.1})  # two seeds: not finished, so row A runs here
-    assert P.main(["--dry", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
-    assert "table3_a_fan_in" in seen and "complete on the card" not in capsys.readouterr().out
-    fake_card_row_a(fake_root, data, {3: 0.0})
-    seen.clear()
-    assert P.main(["--dry", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
-    out = capsys.readouterr().out
-    assert "table3_a_fan_in" not in seen and "table3_c" in seen
-    assert (
-        "row A: complete on the card as table3_a_fan_in_h200" in out and "done    h32-dk8-dv8-s3  (on the card)" in out
-    )
-    seen.clear()
-    assert P.main(["--dry", "--rows", "A", "--results", str(fake_root), "trainer.accelerator=cpu"]) == 0
-    assert seen == ["table3_a_fan_in"]  # named: it runs here too

@@ -412,16 +412,6 @@ def complete_on_card(info: dict) -> bool:
     return bool(info["cells"]) and info["status"] == "complete" and all(d.endswith(" gpu") for d in info["devices"])
 
 
-def card_row(root: Path, row: str, paper_csv: Path = PAPER_CSV) -> str | None:
-    """The suffix of a card's sweeps that finished `row` whole ('_h200'), else None: make table3 on a CPU
-    leaves such a row to the card (the page shows it) unless ROWS names it."""
-    paper = read_paper(paper_csv)
-    for card in card_suffixes(root, ROWS[row]):
-        if complete_on_card(row_info(root, row, ROWS[row], card, paper, 10, 1.0, dict)):
-            return card
-    return None
-
-
 def build(root: Path, paper: list[dict], suffix: str = "", n_samples: int = 1000, threshold=None) -> dict:
     """Every row's cells and words: {row: {...}}. With a suffix every row is that card's; without one a row is
     the CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too),

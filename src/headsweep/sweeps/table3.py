@@ -16,8 +16,7 @@ table3_b_fan_in: planned like the others, it finds every job done. Resumable: a 
 Device: a sweep never mixes devices. On the CPU every row runs at row B's precision (its shipped runs'),
 so the base stays the one run row B has. Where torch sees a GPU every row runs there, packed on the card,
 under the name <sweep>_<card> (table3_b_fan_in_h100: row B again, on that card, so that the rows share one
-base); `make table3-report SUFFIX=_h100` shows those. A row a card finished whole is the page's row until the
-CPU finishes its own, so `make table3` on a CPU with no ROWS leaves it out (one line says so); ROWS=A runs it.
+base); `make table3-report SUFFIX=_h100` shows those.
 """
 
 from __future__ import annotations
@@ -89,15 +88,6 @@ def pinned(results: Path, overrides: list[str], on_gpu: bool) -> list[str]:
     return [f"trainer.precision={next(iter(found))}"] if len(found) == 1 else []
 
 
-def rows_on_cards(results: Path, rows: list[str]) -> dict[str, str]:
-    """{row: card suffix} for the rows a card finished whole (reports.table3.card_row): `make table3` with no
-    ROWS on a CPU leaves those to the card rather than train them twice."""
-    from headsweep.reports.table3 import card_row
-
-    found = {row: card_row(results, row) for row in rows}
-    return {row: card for row, card in found.items() if card}
-
-
 def sweep_args(name: str, own: str, grid: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
     return [
         "--sweep",
@@ -139,23 +129,11 @@ def main(argv: list[str] | None = None) -> int:
 
     tail = suffix(extra)
     extra = [*extra, *pinned(args.results, extra, bool(tail))]
-    on_card = {} if tail or args.rows.strip() else rows_on_cards(args.results, rows)
-    rows = [r for r in rows if r not in on_card]
     print(
         f"table3: rows {', '.join(rows)} at the {BUDGET} budget, {SEEDS} seeds, a peak rate per cell from "
         f"{grid_words()}{f' on the GPU (sweeps named <sweep>{tail})' if tail else ''}",
         flush=True,
     )
-    for row, card in on_card.items():
-        names = ", ".join(n + card for n in ROWS[row])
-        done = sorted(p.name for n in ROWS[row] for p in (args.results / (n + card)).iterdir() if p.name[0] != ".")
-        print(
-            f"\n== row {row}: complete on the card as {names}, which the page shows; not run here "
-            f"(`make table3 ROWS={row}` runs it on this machine too)",
-            flush=True,
-        )
-        if args.dry:
-            print("\n".join(f"  done    {d}  (on the card)" for d in done), flush=True)
     failed = []
     for row in rows:
         for name in ROWS[row]:
