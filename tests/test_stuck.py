@@ -156,6 +156,44 @@ def test_threshold_rule_on_known_numbers():
     assert S.choose_threshold(base + [0.5, 0.6], base).value == S.SHIPPED_THRESHOLD  # no gap with 3 above
 
 
+def test_a_new_sweep_does_not_move_an_old_sweeps_flags(sweep_root, monkeypatch):
+    """The threshold is chosen on the calibration sweeps where the results folder holds them: a later sweep of
+    slow cells (row C's N 4 moved it from 0.353 to 0.576 when every run was pooled) changes no earlier flag."""
+    import json
+    import shutil
+
+    later = sweep_root / "table3_c"
+    for run in (sweep_root / "table3_a").iterdir():
+        h = int(run.name[1 : run.name.index("-")])
+        seed = int(run.name.rsplit("-s", 1)[1])
+        shutil.copytree(run, later / run.name)
+        path = later / run.name / "results.json"
+        results = json.loads(path.read_text())
+        results["sweep"] = results["config"]["sweep"] = later.name
+        if h != 8:  # the base is shared: the same runs, pooled once
+            # every other cell of the later sweep trains slowly: 1.26-1.78 above its base at step 400
+            early = (5.0 if h == 4 else 4.5) + seed / 100
+            write_curve(later / run.name, {200: (5.0, early + 0.8), 400: (10.0, early), 800: (25.0, early - 0.7)})
+            results["metrics"]["test/bleu"] = 10.0 + seed
+        path.write_text(json.dumps(results))
+
+    def h4_seed3_flagged() -> tuple[bool, float]:
+        cells, by = cells_of(sweep_root)
+        info = R.stuck_runs(cells, sweep_root, None, None)
+        return by["h4-dk64-dv64"].row["stuck_seeds"] == [3], info["threshold"].value
+
+    # the fallback control: everything pooled, the later sweep's runs open a gap 0.65 -> 1.26 and h4 seed 3 of
+    # the earlier sweep (+0.65) is no longer flagged
+    monkeypatch.setattr(S, "CALIBRATION_SWEEPS", ("absent",))
+    assert h4_seed3_flagged() == (False, pytest.approx((0.65 + 1.26) / 2))
+    # the earlier sweep as the calibration set: its own rule (no gap: the shipped value), whatever lands later
+    monkeypatch.setattr(S, "CALIBRATION_SWEEPS", ("table3_a",))
+    pool = R.early_pool(sweep_root)
+    assert pool["calibration"]["n_sweeps"] == 1 and len(pool["runs"]) == 13  # 8 + the later sweep's 5 slow runs
+    assert R.pooled_threshold(pool).calibration
+    assert h4_seed3_flagged() == (True, S.SHIPPED_THRESHOLD)
+
+
 def test_the_rule_on_the_shipped_runs_gives_the_documented_threshold_and_the_issues_stuck_runs():
     """Issue 42 counted 20 stuck runs of 112: every kv 1 and kv 2 run, every h = 1 run at d_model 512 (against
     the base at that width), three of six h = 32 / d_k = 32 runs, two head-dropout-0.2 runs. The shipped

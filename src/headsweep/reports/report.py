@@ -229,13 +229,26 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
                     )
                     used.add(sweep)
     values = list(seen.values())
-    return {
+    pool = {
         "runs": [v[0] for v in values],
         "excesses": [v[1] for v in values],
         "base_excesses": [v[1] for v in values if v[2]],
         "pairs": [(v[3], v[4]) for v in values],
         "n_sweeps": len(used),
     }
+    calibration = list(report_stuck.CALIBRATION_SWEEPS)
+    if sweeps is None and all((root / s).is_dir() for s in calibration):
+        pool["calibration"] = early_pool(root, calibration)  # the threshold's pool (report_stuck's docstring)
+    return pool
+
+
+def pooled_threshold(pool: dict) -> report_stuck.Threshold:
+    """The stuck threshold chosen by report_stuck's rule: on the calibration sweeps' runs where the pool has
+    them, else on every pooled run."""
+    chosen = pool.get("calibration") or pool
+    return report_stuck.choose_threshold(
+        chosen["excesses"], chosen["base_excesses"], chosen["n_sweeps"], calibration="calibration" in pool
+    )
 
 
 def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
@@ -507,15 +520,15 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
 def stuck_runs(
     cells: list[Cell], root: Path, threshold: float | None, pool: dict | None, grid_runs: list[Run] = ()
 ) -> dict:
-    """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from every
-    sweep's runs under root (`pool`: early_pool(root), computed here when not passed). Each run against its
+    """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from the runs
+    under root (`pool`: early_pool(root), computed here when not passed; pooled_threshold). Each run against its
     reference at its own rate where the reference has runs there (`grid_runs`: the sweep's LR grid)."""
     if threshold is not None:
         chosen = report_stuck.Threshold(report_stuck.check_threshold(threshold), "given")
         pool = pool or {}
     else:
         pool = pool if pool is not None else early_pool(root)
-        chosen = report_stuck.choose_threshold(pool["excesses"], pool["base_excesses"], pool["n_sweeps"])
+        chosen = pooled_threshold(pool)
     refs = report_stuck.same_rate_references(cells, early_references(cells), list(grid_runs))
     early = report_stuck.early_losses(cells, refs)
     report_stuck.flag(cells, early, chosen.value)
