@@ -37,6 +37,12 @@ SWEEPS ?=
 # make budget: sweeps holding the same cells at the ablation budget, preferred first (empty: its default list)
 AGAINST ?=
 
+# The training targets' allocator: glibc's malloc fragments under variable-length batches (a CPU job's resident
+# memory grew to 6-10 GB; docs/notes/2026-11-28-memory.md), jemalloc held it near 2 GB. Preloaded where installed
+# (Debian/Ubuntu: apt-get install libjemalloc2); JEMALLOC= turns it off, JEMALLOC=<path> names another build.
+JEMALLOC ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2))
+TRAIN_PY = $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )$(PY)
+
 # A GPU node without internet: the python that holds its CUDA torch, and the wheel folder headsweep installs from
 GPU_PY ?= python3
 WHEELS ?= wheels
@@ -64,10 +70,10 @@ $(SETUP_STAMP): pyproject.toml
 setup: $(SETUP_STAMP)  ## Create .venv and install torch (CPU) + headsweep; a no-op when done
 
 train: setup  ## Train the default model on Multi30k de->en (18-23 min on 2 CPU cores) [RESUME=<run dir>]
-	$(if $(RESUME),$(PY) -m headsweep.training.resume "$(RESUME)" $(ARGS),$(PY) -m headsweep.train $(ARGS))
+	$(if $(RESUME),$(TRAIN_PY) -m headsweep.training.resume "$(RESUME)" $(ARGS),$(TRAIN_PY) -m headsweep.train $(ARGS))
 
 smoke: setup  ## The whole path on a slice of the data in about a minute
-	$(PY) -m headsweep.train experiment=smoke $(ARGS)
+	$(TRAIN_PY) -m headsweep.train experiment=smoke $(ARGS)
 
 LINT_PATHS := src tests scripts
 lint: setup  ## ruff: lint and format check (configured in pyproject.toml; `.venv/bin/ruff format` fixes the format)
@@ -91,7 +97,7 @@ evaluate: setup  ## Score a checkpoint: make evaluate CKPT=... [SPLIT=test_2016_
 		$(if $(ALPHA),--alpha $(ALPHA)) $(if $(AVG),--avg $(AVG)) $(ARGS)
 
 sweep: setup  ## Run an ablation: make sweep SWEEP=table3_a [NAME=.. DRY=1 SEEDS=3 JOBS=2 LAUNCHER=.. ONLY='*-s3' BUDGET=ablation LR_GRID=5e-4,1e-3,2e-3]
-	$(PY) -m headsweep.sweeps.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
+	$(TRAIN_PY) -m headsweep.sweeps.sweep --sweep $(SWEEP) $(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) \
 		$(if $(LR_GRID),--lr-grid=$(LR_GRID)) $(if $(UPDATE_MARGIN),--update-margin=$(UPDATE_MARGIN)) $(if $(DRY),--dry) $(ARGS)
 
@@ -109,7 +115,7 @@ ROWS ?=
 SUFFIX ?=
 
 table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2]
-	$(PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
+	$(TRAIN_PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
 
 table3-report: setup  ## reports/table3.md/.html/.png: every row of Table 3 beside the paper's numbers [SUFFIX=_h100]
