@@ -100,17 +100,27 @@ def extent(artist, renderer) -> list[float]:
     return [round(b.x0, 1), round(b.y0, 1), round(b.x1, 1), round(b.y1, 1)]
 
 
-def clear_legends(fig) -> None:
+def clear_legends(fig, passes: int = 3) -> None:
     """Move each legend that covers a plotted point: to the first corner or edge of its axes where it covers
     none, else outside the axes on the right. So no figure of the site hides data under its legend, whoever
-    drew it; the site check (report_check) fails a figure where one still does."""
+    drew it; the site check (report_check) fails a figure where one still does. A legend moved outside
+    re-lays the figure out, which can put another axes' points under its legend again: so pass again, up to
+    `passes` times, until a pass moves nothing."""
+    for _ in range(passes):
+        if not _clear_legends_once(fig):
+            return
+
+
+def _clear_legends_once(fig) -> bool:
+    """One pass of clear_legends; True when it moved a legend."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    moved = False
+    moved = outside = False
     for ax in fig.axes:
         legend = ax.get_legend()
         if legend is None or not covered(extent(legend, renderer), data_points(ax, renderer)):
             continue
+        moved = True
         for loc in ("upper right", "upper left", "lower left", "lower right", "center right", "center left",
                     "upper center", "lower center"):  # fmt: skip
             legend.set_loc(loc)
@@ -120,9 +130,10 @@ def clear_legends(fig) -> None:
         else:
             legend.set_loc("upper left")
             legend.set_bbox_to_anchor((1.01, 1.0), transform=ax.transAxes)
-            moved = True
-    if moved:
+            outside = True
+    if outside:
         fig.tight_layout()  # makes room for a legend moved outside (tight_layout counts legends)
+    return moved
 
 
 def drawn_legends(fig) -> list[dict]:
