@@ -16,13 +16,18 @@ TRAINING = {
 }
 
 
-def command_of(target: str, *assignments: str) -> str:
-    """The recipe line of `make -n <target>` that runs the target's module."""
+def dry_run(target: str, *assignments: str) -> str:
+    """What `make -n <target>` prints: the commands make would run."""
     out = subprocess.run(
         ["make", "-n", "--no-print-directory", target, *assignments], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    return next(line for line in out.stdout.splitlines() if TRAINING.get(target, "-m headsweep.") in line)
+    return out.stdout
+
+
+def command_of(target: str, *assignments: str) -> str:
+    """The recipe line of `make -n <target>` that runs the target's module."""
+    return next(line for line in dry_run(target, *assignments).splitlines() if TRAINING[target] in line)
 
 
 @pytest.mark.parametrize("target", TRAINING)
@@ -38,10 +43,5 @@ def test_an_empty_jemalloc_runs_glibcs_malloc(target):
 
 def test_a_target_that_does_not_train_keeps_glibcs_malloc():
     # the benchmark's timings are compared with earlier ones under the default allocator
-    out = subprocess.run(
-        ["make", "-n", "--no-print-directory", "bench", "JEMALLOC=/opt/x/libjemalloc.so.2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert "-m headsweep.bench" in out.stdout and "LD_PRELOAD" not in out.stdout
+    out = dry_run("bench", "JEMALLOC=/opt/x/libjemalloc.so.2")
+    assert "-m headsweep.bench" in out and "LD_PRELOAD" not in out

@@ -209,37 +209,53 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
     """What the stuck-run threshold is chosen from: the early excess of every distinct run of every sweep
     under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed,
     early val loss and test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and
-    test BLEU."""
+    test BLEU. Of every sweep under root, with the calibration sweeps' own pool ("calibration", the threshold's:
+    report_stuck's docstring) where root holds them all, from the same reading of their runs."""
+    names = sweeps_in(root) if sweeps is None else list(sweeps)
+    entries = {sweep: sweep_early_entries(root, sweep) for sweep in names}
+    pool = pooled(entries, names)
+    calibration = list(report_stuck.CALIBRATION_SWEEPS)
+    if sweeps is None and all(s in entries for s in calibration):
+        pool["calibration"] = pooled(entries, calibration)
+    return pool
+
+
+def sweep_early_entries(root: Path, sweep: str) -> list[tuple[tuple, tuple[str, float, bool, float, float]]]:
+    """One sweep's pooled runs: ((seed, early loss, test BLEU), (name, excess, is a base run, early loss, BLEU))."""
+    # a learning-rate grid's runs start slowly at a small rate by design: no seeds of a cell, not pooled
+    runs, grid_runs = split_grid_runs(load_runs(root / sweep, sweep)[0])
+    if not runs:
+        return []
+    cells = group_cells(runs)
+    refs = early_references(cells)
+    early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
+    out = []
+    for c in cells:
+        for r in c.runs:
+            if r.dir in early:
+                e, bleu = early[r.dir], r.results["metrics"]["test/bleu"]
+                out.append(
+                    ((r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c, e.loss, bleu))
+                )
+    return out
+
+
+def pooled(entries: dict[str, list], names: list[str]) -> dict:
+    """The pool of the named sweeps' entries, a run several of them show once (the first sweep's view)."""
     seen: dict[tuple, tuple[str, float, bool, float, float]] = {}
     used = set()
-    for sweep in sweeps_in(root) if sweeps is None else sweeps:
-        # a learning-rate grid's runs start slowly at a small rate by design: no seeds of a cell, not pooled
-        runs, grid_runs = split_grid_runs(load_runs(root / sweep, sweep)[0])
-        if not runs:
-            continue
-        cells = group_cells(runs)
-        refs = early_references(cells)
-        early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
-        for c in cells:
-            for r in c.runs:
-                if r.dir in early:
-                    e, bleu = early[r.dir], r.results["metrics"]["test/bleu"]
-                    seen.setdefault(
-                        (r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c, e.loss, bleu)
-                    )
-                    used.add(sweep)
+    for sweep in names:
+        for key, value in entries[sweep]:
+            seen.setdefault(key, value)
+            used.add(sweep)
     values = list(seen.values())
-    pool = {
+    return {
         "runs": [v[0] for v in values],
         "excesses": [v[1] for v in values],
         "base_excesses": [v[1] for v in values if v[2]],
         "pairs": [(v[3], v[4]) for v in values],
         "n_sweeps": len(used),
     }
-    calibration = list(report_stuck.CALIBRATION_SWEEPS)
-    if sweeps is None and all((root / s).is_dir() for s in calibration):
-        pool["calibration"] = early_pool(root, calibration)  # the threshold's pool (report_stuck's docstring)
-    return pool
 
 
 def pooled_threshold(pool: dict) -> report_stuck.Threshold:
