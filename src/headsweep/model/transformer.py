@@ -26,6 +26,7 @@ from headsweep.model.attention import (
     resolve_heads,
 )
 from headsweep.model.head_init import INIT_HEADS, apply_init_heads, check_init_heads
+from headsweep.model.residual_init import WO_SCALINGS, check_residual_init, scale_residual_outputs
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
 from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
 
@@ -66,6 +67,10 @@ MODEL_SETTINGS = {
     "init_kv_gain": number(0.0, 100.0, lo_open=True),
     "init_heads": choice(*INIT_HEADS),
     "init_heads_noise": number(0.0, 10.0, fix="e.g. model.init_heads_noise=0.01 (1% of the init's std)"),
+    "init_wo": choice(*WO_SCALINGS),
+    "init_wo_base": nullable(integer(1, 1 << 20, fix="e.g. model.init_wo_base=256 (h * d_v of the base cell)")),
+    "init_wo_gain": number(0.0, 100.0, fix="e.g. model.init_wo_gain=0.5 (0: W^O starts at zero)"),
+    "init_ff2_gain": number(0.0, 100.0, fix="e.g. model.init_ff2_gain=0.5 (0: the FFN's W_2 starts at zero)"),
 }
 
 
@@ -96,6 +101,13 @@ class TransformerConfig:
     init_kv_gain: float = 1.0  # multiplies the init bound of W^K and W^V
     init_heads: str = "independent"  # or "identical": every head of a layer starts as head 0 (head_init)
     init_heads_noise: float = 0.0  # identical heads perturbed by this share of each projection's std
+    # The residual branches' output matrices (headsweep.model.residual_init): W^O's std times
+    # sqrt(init_wo_base / (h * d_v)) under init_wo "mup" (muP's output-weight init), then times init_wo_gain;
+    # the FFN's W_2 times init_ff2_gain. 1.0 and "fan_in": the init every run before them had.
+    init_wo: str = "fan_in"
+    init_wo_base: int | None = None  # W^O's fan-in h * d_v in the sweep's base cell (init_wo mup needs it)
+    init_wo_gain: float = 1.0
+    init_ff2_gain: float = 1.0
 
     def __post_init__(self):
         if self.positions not in POSITIONS:
@@ -108,6 +120,10 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         try:
             check_init(self.init, self.init_kv_gain)
+        except ValueError as e:
+            raise ValueError(f"model.{e}") from None
+        try:
+            check_residual_init(self.init_wo, self.init_wo_base, self.init_wo_gain, self.init_ff2_gain)
         except ValueError as e:
             raise ValueError(f"model.{e}") from None
         self._check_heads()
@@ -306,6 +322,8 @@ class Transformer(nn.Module):
                     emb.weight[cfg.pad_id].zero_()
         # last, so that the embeddings get the base's draws (init_heads_noise draws after them)
         attention = [m for kind in ATTENTION_KINDS for m in self.attention_layers(kind)]
+        # scales only (no draws): every other weight is bit for bit the unit-gain model's
+        scale_residual_outputs(self, cfg)
         apply_init_heads(attention, cfg.init_heads, cfg.init_heads_noise)
 
     def _embed(self, tokens: Tensor, emb: nn.Embedding, start: int = 0) -> Tensor:

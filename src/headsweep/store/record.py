@@ -67,11 +67,22 @@ ADDED_SETTINGS = {
     # issue 53: every head drawn on its own, unperturbed
     "model.init_heads": "independent",
     "model.init_heads_noise": 0.0,
+    # the residual outputs' starting scale: W^O and W_2 as drawn
+    "model.init_wo": "fan_in",
+    "model.init_wo_base": None,
+    "model.init_wo_gain": 1.0,
+    "model.init_ff2_gain": 1.0,
 }
 # Settings added at a default that trains what was trained before them: left out of the identity at that value,
 # so every run recorded before them keeps its key (and results/runs/<key>/), while any other value is another
 # experiment.
-NEUTRAL_SETTINGS = {"model.init_heads": "independent", "model.init_heads_noise": 0.0}
+NEUTRAL_SETTINGS = {
+    "model.init_heads": "independent",
+    "model.init_heads_noise": 0.0,
+    "model.init_wo": "fan_in",
+    "model.init_wo_gain": 1.0,
+    "model.init_ff2_gain": 1.0,
+}
 
 
 def flatten_config(cfg: DictConfig) -> dict:
@@ -117,6 +128,10 @@ def experiment_settings(flat: dict) -> dict:
 
     # per-matrix rates whose factors are all 1 (lr_scaling none, or the base cell) train what no scaling does
     same_rates = is_identity(flat)
+    # likewise W^O's mup init at the base's own fan-in (factor 1), and a base that no mup init reads
+    same_wo = flat.get("model.init_wo", "fan_in") == "fan_in" or flat.get("model.init_wo_base") == (
+        flat["model.heads"] * flat["model.d_v"]
+    )
     return {
         k: v
         for k, v in flat.items()
@@ -124,6 +139,7 @@ def experiment_settings(flat: dict) -> dict:
         and ".".join(k.split(".")[:2]) not in NOT_EXPERIMENT
         and not k.startswith("module.model.")
         and not (same_rates and k.startswith(("module.lr_scaling", "module.lr_base")))
+        and not (same_wo and k in ("model.init_wo", "model.init_wo_base"))
     }
 
 

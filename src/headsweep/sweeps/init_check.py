@@ -339,18 +339,35 @@ def update_check_table(
         if c is None:
             rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before issue 54)"])
             continue
-        ratios = "" if bc is None or i == b else _kinds([c["change"][k] / bc["change"][k] for k in KINDS])
+        ratios = (
+            ""
+            if bc is None or i == b
+            else _kinds([_ratio(c["change"].get(k), bc["change"].get(k)) for k in KINDS])
+        )
         found = [] if bc is None or i == b else update_differences(flats[i], flats[b], c, bc, margin)
         rows.append(
             [
                 labels[i],
                 _rate(flats[i], c),
-                *[f"{c['change'][k]:.3f}" for k in KINDS],
+                *[_change_text(c, k) for k in KINDS],
                 ratios or ("(base)" if i == b else "-"),
                 ", ".join(f"{k} {v / w:.2f}x" for k, v, w in found),
             ]
         )
     return markdown_table(header, rows)
+
+
+def _ratio(v, w):
+    return None if v is None or not w else v / w
+
+
+def _change_text(check: dict, kind: str) -> str:
+    """The relative change, or where the branch started at zero (W^O at gain 0) its absolute size."""
+    v = check["change"].get(kind)
+    if v is not None:
+        return f"{v:.3f}"
+    a = (check.get("change_abs") or {}).get(kind)
+    return "from 0" if a is None else f"{a:.3f} (abs, from 0)"
 
 
 def update_check_section(cells) -> str:

@@ -247,24 +247,30 @@ def check_overrides(common: list[str], spec: dict, path: Path) -> None:
             raise SweepError(f"{path}: parameter '{key}' is not a config key or value here: {_first_line(e)}") from None
 
 
-def _scaling(overrides: list[str]) -> str | None:
-    """The module.lr_scaling these overrides set last, None where they leave it at the config's."""
-    found = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == "module.lr_scaling"]
+def _scaling(overrides: list[str], key: str = "module.lr_scaling") -> str | None:
+    """The value of `key` (module.lr_scaling, model.init_wo) these overrides set last, None where they leave it
+    at the config's."""
+    found = [o.split("=", 1)[1] for o in overrides if o.lstrip("+~").split("=", 1)[0] == key]
     return found[-1] if found else None
 
 
 def with_lr_base(common: list[str], cells: list[list[str]], path: Path) -> list[list[str]]:
     """The cells, each with module.lr_base={w_o:..,ff_w2:..}, its base cell's fan-ins (the first cell of its
-    d_model, as the init check's base), where any cell runs per-matrix rates (module.lr_scaling=mup); the
-    cells unchanged otherwise. The sizes come from composing each cell at lr_scaling none (mup without its base
-    would stop the check)."""
-    if "mup" not in {_scaling([*common, *cell]) for cell in cells}:
+    d_model, as the init check's base), where any cell runs per-matrix rates (module.lr_scaling=mup), and with
+    model.init_wo_base=<the base's h * d_v> where any cell draws W^O by muP (model.init_wo=mup); the cells
+    unchanged otherwise. The sizes come from composing each cell without either (mup without its base would
+    stop the check)."""
+    rates = "mup" in {_scaling([*common, *cell]) for cell in cells}
+    wo = "mup" in {_scaling([*common, *cell], "model.init_wo") for cell in cells}
+    if not (rates or wo):
         return cells
-    flats = [compose_cell(common, [*cell, "module.lr_scaling=none"], path)[0] for cell in cells]
+    plain = ["module.lr_scaling=none", "model.init_wo=fan_in"]
+    flats = [compose_cell(common, [*cell, *plain], path)[0] for cell in cells]
     out = []
     for cell, b in zip(cells, bases(flats)):
         fans = base_fan_ins(flats[b])
-        out.append([*cell, "module.lr_base={" + ",".join(f"{k}:{v}" for k, v in fans.items()) + "}"])
+        more = ["module.lr_base={" + ",".join(f"{k}:{v}" for k, v in fans.items()) + "}"] if rates else []
+        out.append([*cell, *more, *([f"model.init_wo_base={fans['w_o']}"] if wo else [])])
     return out
 
 

@@ -21,8 +21,18 @@ from headsweep.sizes import model_of, run_name, shares_kv
 from headsweep.sweeps.paper import ALIASES
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
-# module.lr_base: the base cell's fan-ins, which planning sets from the sweep's base (lr_scaling mup).
-RESERVED = ("seed", "run_name", "sweep", "cell", "tags", "hydra.sweep.dir", "hydra.sweep.subdir", "module.lr_base")
+# module.lr_base, model.init_wo_base: the base cell's fan-ins, which planning sets from the sweep's base (mup).
+RESERVED = (
+    "seed",
+    "run_name",
+    "sweep",
+    "cell",
+    "tags",
+    "hydra.sweep.dir",
+    "hydra.sweep.subdir",
+    "module.lr_base",
+    "model.init_wo_base",
+)
 BASE = "_base"  # sweeps/_base.yaml; a file whose name starts with _ is no sweep
 # A W&B sweep spec's top-level keys (docs.wandb.ai, "Sweep configuration options"), in the order written out.
 WANDB_KEYS = (
@@ -280,6 +290,9 @@ LABEL_ALIASES = {
     "model.attn_dropout": "attndrop",
     "model.init_heads": "init",
     "model.init_heads_noise": "noise",
+    "model.init_wo": "wo",
+    "model.init_wo_gain": "wog",
+    "model.init_ff2_gain": "ff2g",
     **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}" for kind in FIXED_KINDS},
 }
 

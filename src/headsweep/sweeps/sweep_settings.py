@@ -19,7 +19,8 @@ from headsweep.sweeps.specs import SweepError
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
 SHARED = ("trainer.precision", "trainer.accelerator")  # one value per sweep
-RESOLVED = (*SHARED, "module.peak_lr")  # written into each job as a plain value
+# written into each job as a plain value (init_ff2_gain: a sweep may tie it to W^O's, '${model.init_wo_gain}')
+RESOLVED = (*SHARED, "module.peak_lr", "model.init_ff2_gain")
 
 
 def _get(config: dict, key: str):

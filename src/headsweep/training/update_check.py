@@ -86,15 +86,21 @@ def update_check(
         opt.step()
     after = _outputs(net, src, tgt)
     by_layer = {kind: [] for kind in ATTENTION_KINDS}
-    sums = {kind: [0.0, 0.0] for kind in ATTENTION_KINDS}
+    sums = {kind: [0.0, 0.0, 0] for kind in ATTENTION_KINDS}
     for (kind, _), out0 in before.items():
         diff2, init2 = (after[(kind, _)] - out0).pow(2).sum().item(), out0.pow(2).sum().item()
-        by_layer[kind].append((diff2 / init2) ** 0.5)
+        # a branch that starts at zero (model.init_wo_gain=0) has no relative change: None, and its size is
+        # in change_abs
+        by_layer[kind].append((diff2 / init2) ** 0.5 if init2 > 0 else None)
         sums[kind][0] += diff2
         sums[kind][1] += init2
+        sums[kind][2] += out0.numel()
     moved = {r: next((f for n, f in factors.items() if role(n) == r), 1.0) for r in BASE_KEYS}
     return {
-        "change": {kind: (d / i) ** 0.5 for kind, (d, i) in sums.items()},
+        "change": {kind: (d / i) ** 0.5 if i > 0 else None for kind, (d, i, _n) in sums.items()},
+        # RMS(out_after - out_init) itself: the sublayer reads a LayerNorm's output (RMS about 1) in post-norm, so
+        # this is the step's size against the residual stream's, defined also where the branch starts at zero
+        "change_abs": {kind: (d / n) ** 0.5 if n else None for kind, (d, _i, n) in sums.items()},
         "change_by_layer": by_layer,
         "factors": moved,
         "lr": float(lr),
