@@ -26,6 +26,7 @@ from torch import Tensor
 
 from headsweep.model.attention import MultiHeadAttention
 from headsweep.model.head_init import apply_init_heads, coherence
+from headsweep.model.residual_init import scale_wo
 from headsweep.model.transformer import ATTENTION_KINDS, Transformer, TransformerConfig
 
 PROJECTIONS = ("q", "k", "v", "o")  # W^Q, W^K, W^V, W^O
@@ -65,6 +66,16 @@ def module_gains(modules: list[MultiHeadAttention]) -> dict[str, float]:
 def projection_gains(net: Transformer) -> dict[str, dict[str, float]]:
     """{kind: {q, k, v, o: sqrt(fan_in) * std}}, each over the weights of every layer of that kind."""
     return {kind: module_gains(net.attention_layers(kind)) for kind in ATTENTION_KINDS}
+
+
+def ff2_gains(net: Transformer) -> dict[str, float]:
+    """{enc, dec: sqrt(fan_in) * std of the FFN's W_2} over every layer of each stack: the other residual output
+    (torch's default Linear init gives 1/sqrt(3) = 0.577 whatever d_ff; model.init_ff2_gain multiplies it)."""
+    out = {}
+    for stack, layers in (("enc", net.encoder), ("dec", net.decoder)):
+        w = [layer.ff.w2.weight.detach().float() for layer in layers]
+        out[stack] = math.sqrt(w[0].size(1)) * torch.cat([x.flatten() for x in w]).std().item()
+    return out
 
 
 def synthetic_batch(cfg: TransformerConfig, seed: int = BATCH_SEED) -> tuple[Tensor, Tensor]:
@@ -160,7 +171,8 @@ def expected_ratios(net: Transformer, src: Tensor, tgt: Tensor, draws: int = DRA
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(r)
                 m._reset_parameters()
-                apply_init_heads([m], net.cfg.init_heads, net.cfg.init_heads_noise)  # as the model was made
+                scale_wo(m, net.cfg)  # W^O's starting scale (residual_init), as the model was made
+                apply_init_heads([m], net.cfg.init_heads, net.cfg.init_heads_noise)
             weights, x, memory, mask = calls[kind](m)  # weights (B, h, Tq, Tk)
             mixed = (weights.float() @ memory.float()[:, None]).pow(2).sum(-1).mean(1)  # (B, Tq): mean_i |A_i(t) X|^2
             g = module_gains([m])
@@ -174,8 +186,8 @@ def init_check(model: Transformer | TransformerConfig, seed: int = 1) -> dict:
     """Projection gains and attention/residual ratios of a model at init: of `model` as it is (a Transformer),
     or of one built from a TransformerConfig with torch.manual_seed(seed) (the global RNG restored after).
 
-    {"gain": {kind: {q, k, v, o}}, "ratio": {kind}, "ratio_by_layer": {kind: [...]}, "init", "init_kv_gain",
-    "batch_seed", "draws"}"""
+    {"gain": {kind: {q, k, v, o}}, "gain_ff2": {enc, dec}, "ratio": {kind}, "ratio_by_layer": {kind: [...]},
+    "init", "init_kv_gain", "batch_seed", "draws"}"""
     if isinstance(model, TransformerConfig):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -186,6 +198,7 @@ def init_check(model: Transformer | TransformerConfig, seed: int = 1) -> dict:
     try:
         return {
             "gain": projection_gains(model),
+            "gain_ff2": ff2_gains(model),
             "ratio": expected_ratios(model, src, tgt),
             "ratio_by_layer": attention_residual_ratios(model, src, tgt),
             "init": model.cfg.init,
@@ -201,6 +214,7 @@ def quantities(check: dict) -> dict[str, float]:
     """A check as flat {quantity: value}: "gain W^K enc_self", ..., "attn/residual cross"."""
     out = {f"gain W^{which.upper()} {kind}": g for kind, gains in check["gain"].items() for which, g in gains.items()}
     out.update({f"attn/residual {kind}": r for kind, r in check["ratio"].items()})
+    out.update({f"gain W_2 {stack}": g for stack, g in (check.get("gain_ff2") or {}).items()})  # runs before: none
     return out
 
 
@@ -208,4 +222,9 @@ def differences(check: dict, base: dict, tolerance: float) -> list[tuple[str, fl
     """(quantity, its value, the base's) where a check differs from the base's by more than `tolerance`
     (relative), over the quantities both have (a fixed head has no W^Q or W^K)."""
     ours, theirs = quantities(check), quantities(base)
-    return [(q, ours[q], theirs[q]) for q in ours if q in theirs and abs(ours[q] / theirs[q] - 1) > tolerance]
+    # a base at zero (W^O at gain 0) has no relative difference: any nonzero value differs
+    return [
+        (q, ours[q], theirs[q])
+        for q in ours
+        if q in theirs and (abs(ours[q] / theirs[q] - 1) > tolerance if theirs[q] else ours[q] != 0)
+    ]

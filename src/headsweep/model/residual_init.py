@@ -65,6 +65,15 @@ def wo_factor(fan_in: int, init_wo: str, init_wo_base: int | None, init_wo_gain:
     return float(init_wo_gain) * mup
 
 
+@torch.no_grad()
+def scale_wo(m: nn.Module, cfg) -> float:
+    """Scale one attention module's W^O as the model does (for a sublayer re-drawn on its own, as the init check
+    re-draws one); returns the factor."""
+    f = wo_factor(m.out_proj.in_features, cfg.init_wo, cfg.init_wo_base, cfg.init_wo_gain)
+    m.out_proj.weight.mul_(f)
+    return f
+
+
 # The parameters scaled, by their names' endings (the model's names; lr_scaling's ROLES name the same two)
 WO, FF2 = "_attn.out_proj.weight", ".ff.w2.weight"
 

@@ -26,8 +26,8 @@ from headsweep.model.attention import (
     resolve_heads,
 )
 from headsweep.model.head_init import INIT_HEADS, apply_init_heads, check_init_heads
-from headsweep.model.residual_init import WO_SCALINGS, check_residual_init, scale_residual_outputs
 from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
+from headsweep.model.residual_init import WO_SCALINGS, check_residual_init, scale_residual_outputs
 from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
 
 POSITIONS = ("sinusoidal", "learned")

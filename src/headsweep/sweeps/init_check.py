@@ -42,6 +42,10 @@ ON_PURPOSE = {
     "model.norm_first": ("attn/residual",),
     "model.init": ("gain", "attn/residual"),  # (a sweep never mixes inits: planning.check_cells)
     "model.init_heads": ("gain W^O",),  # identical heads: W^O / sqrt(h), so that the attention output is the base's
+    # the residual outputs' starting scale (model.residual_init): W^O's gain, and with it the attention's output
+    "model.init_wo": ("gain W^O", "attn/residual"),
+    "model.init_wo_gain": ("gain W^O", "attn/residual"),
+    "model.init_ff2_gain": ("gain W_2",),
 }
 SIZE_NAMES = {"model.heads": "h", "model.d_k": "d_k", "model.d_v": "d_v", "model.kv_heads": "kv_heads"}
 
@@ -146,9 +150,19 @@ def confound_lines(
 def run_check(results: dict) -> dict:
     """A finished run's init check: its results.json's `init_check`, or for a run recorded before there was one,
     measured from its config (settings added since at their old values: model.init xavier) and seed."""
-    if results.get("init_check"):
-        return results["init_check"]
     from headsweep.store import ADDED_SETTINGS  # the old runs' init
+
+    recorded = results.get("init_check")
+    model = results["config"]["model"]
+    # a check recorded before the residual outputs' gains were measured drew W^O unscaled in its ratio: measured
+    # again from the config where those settings move anything (the gain sweep's first runs)
+    moved = (
+        model.get("init_wo", "fan_in") != "fan_in"
+        or model.get("init_wo_gain", 1.0) != 1.0
+        or model.get("init_ff2_gain", 1.0) != 1.0
+    )
+    if recorded and ("gain_ff2" in recorded or not moved):
+        return recorded
 
     model = dict(results["config"]["model"])
     for key, value in ADDED_SETTINGS.items():
@@ -172,25 +186,54 @@ def init_check_table(
     self / decoder self / cross where they differ; "-": no such projection, every head fixed), and what differs
     from its base beyond `tolerance` in what the cell does not vary on purpose."""
     kinds = ("enc_self", "dec_self", "cross")
-    header = ["cell", "init", "gain W^Q", "gain W^K", "gain W^V", "gain W^O", "attn / residual", "differs from base"]
+    header = [
+        "cell",
+        "init",
+        "gain W^Q",
+        "gain W^K",
+        "gain W^V",
+        "gain W^O",
+        "gain W_2",
+        "attn / residual",
+        "differs from base",
+    ]
     rows = []
     for i, b in enumerate(bases(flats)):
         gains = checks[i]["gain"]
         found = [] if i == b else confounds(flats[i], flats[b], checks[i], checks[b], tolerance)
         differs = "; ".join(grouped(found)) or ("(base)" if i == b else "")
-        kv_gain = flats[i].get("model.init_kv_gain", 1.0)
         rows.append(
             [
                 labels[i],
-                f"{flats[i].get('model.init')}"
-                + (f", K/V x{kv_gain:.3g}" if kv_gain != 1.0 else "")
-                + (", identical heads" if flats[i].get("model.init_heads") == "identical" else ""),
+                _init_text(flats[i]),
                 *[_kinds([gains[k].get(w) for k in kinds]) for w in "qkvo"],
+                _ff2_text(checks[i].get("gain_ff2")),
                 _kinds([checks[i]["ratio"][k] for k in kinds]),
                 differs,
             ]
         )
     return markdown_table(header, rows)
+
+
+def _ff2_text(gains: dict | None) -> str:
+    """W_2's gain, encoder / decoder where they differ; "-" for a run recorded before it was measured."""
+    if not gains:
+        return "-"
+    enc, dec = gains["enc"], gains["dec"]
+    return f"{enc:.2f}" if abs(enc - dec) <= 0.02 else f"{enc:.2f} / {dec:.2f}"
+
+
+def _init_text(flat: dict) -> str:
+    """The init column: model.init, then what else sets a scale at init."""
+    kv_gain = flat.get("model.init_kv_gain", 1.0)
+    parts = [str(flat.get("model.init"))]
+    parts += [f"K/V x{kv_gain:.3g}"] if kv_gain != 1.0 else []
+    parts += ["identical heads"] if flat.get("model.init_heads") == "identical" else []
+    parts += ["W^O muP"] if flat.get("model.init_wo", "fan_in") == "mup" else []
+    for key, name in (("model.init_wo_gain", "W^O"), ("model.init_ff2_gain", "W_2")):
+        g = flat.get(key, 1.0)
+        parts += [f"{name} x{g:.3g}"] if g != 1.0 else []
+    return ", ".join(parts)
 
 
 def init_check_section(cells) -> str:
@@ -232,6 +275,9 @@ UPDATE_ON_PURPOSE = {
     # The change is pooled over a kind's N layers, and the layers nearest the loss move most (the base's cross-
     # attention 2.2 / 2.5 / 3.9 from the bottom up at 2e-3): N 1 is its top layer alone, 1.96x the pooled base.
     "model.n_layers": KINDS,
+    # relative to a smaller starting output, the same step is a larger change (none at all from zero)
+    "model.init_wo": KINDS,
+    "model.init_wo_gain": KINDS,
 }
 
 
@@ -340,9 +386,7 @@ def update_check_table(
             rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before issue 54)"])
             continue
         ratios = (
-            ""
-            if bc is None or i == b
-            else _kinds([_ratio(c["change"].get(k), bc["change"].get(k)) for k in KINDS])
+            "" if bc is None or i == b else _kinds([_ratio(c["change"].get(k), bc["change"].get(k)) for k in KINDS])
         )
         found = [] if bc is None or i == b else update_differences(flats[i], flats[b], c, bc, margin)
         rows.append(
