@@ -48,7 +48,16 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 
 SHIPPED = SWEEPS_DIR.parent / "results"
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
-AFTER_FREEZE = {"heads_wo_mirror", "heads_identical"}
+# (init_scale: the residual outputs' starting scale; lengths: row A at 1 and 8 sentence pairs per example, issue 70)
+AFTER_FREEZE = {
+    "heads_wo_mirror",
+    "heads_identical",
+    "init_scale",
+    "init_scale_wo0",
+    "init_scale_prenorm",
+    "lengths",
+    "lengths_rates",
+}
 TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
 # Row D as the paper runs it (one setting at a time): two variants of table3_d's 3 x 3 grid sharing its base
@@ -95,7 +104,9 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "heads_identical",
         "heads_specialise",
         "heads_wo_mirror",
+        "init_scale",
         "kv_heads",
+        "lengths",
         *(f"table3_{r}" for r in "abcde"),
     ]
 
