@@ -48,14 +48,17 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 
 SHIPPED = SWEEPS_DIR.parent / "results"
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
+# (init_scale: the residual outputs' starting scale, heads_fixed_dk_mup_init: full muP; lengths: row A at 1 and 8
+# sentence pairs per example)
 AFTER_FREEZE = {
     "heads_wo_mirror",
     "heads_identical",
-    # the residual outputs' starting scale and full muP (model.residual_init)
     "init_scale",
     "init_scale_wo0",
     "init_scale_prenorm",
     "heads_fixed_dk_mup_init",
+    "lengths",
+    "lengths_rates",
 }
 TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
@@ -103,7 +106,9 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "heads_identical",
         "heads_specialise",
         "heads_wo_mirror",
+        "init_scale",
         "kv_heads",
+        "lengths",
         *(f"table3_{r}" for r in "abcde"),
     ]
 

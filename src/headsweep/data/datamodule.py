@@ -1,6 +1,7 @@
 """The Lightning data module: loads and validates every split (local files, or the Hugging Face hub, where
 source=local falls back to when its folder is missing and the config names the same corpus there), trains
-or reuses the cached joint tokenizer, and serves token-budget batches."""
+or reuses the cached joint tokenizer (on the sentences as they are), joins k pairs into one example where
+data.join asks (data.joining), and serves token-budget batches."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader
 from headsweep.data import hub
 from headsweep.data.batching import PairDataset, TokenBatchSampler, collate
 from headsweep.data.files import DATA_ENV, DataError, atomic_write, clean_pairs, read_lines, split_files
+from headsweep.data.joining import JOIN_FIX, check_join, check_split_size, fit_max_len, join_lines, what_example
 from headsweep.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -59,6 +61,7 @@ DATA_SETTINGS = {
         integer(2, 10**7, fix="e.g. data.eval_max_tokens=4096, or null for 2 x data.max_tokens")
     ),
     "max_len": integer(2, 65536, fix="e.g. data.max_len=128"),
+    "join": integer(1, 10**6, fix=JOIN_FIX),
     "limit_train": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
     "limit_eval": nullable(integer(1, 10**9, fix="e.g. 2000, or null for the whole split")),
     "seed": integer(0, 2**32 - 1),
@@ -92,6 +95,7 @@ class TranslationDataModule(pl.LightningDataModule):
         max_tokens: int = 2048,
         eval_max_tokens: int | None = None,
         max_len: int = 128,
+        join: int = 1,
         limit_train: int | None = None,
         limit_eval: int | None = None,
         seed: int = 1234,
@@ -122,13 +126,15 @@ class TranslationDataModule(pl.LightningDataModule):
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or 2 * max_tokens
         self.max_len = max_len
+        self.join = check_join(join)  # sentence pairs per example (data.joining); limits count sentences
         self.limit_train, self.limit_eval = limit_train, limit_eval
         self.seed = seed
         self.num_workers = num_workers
 
         self.tokenizer: Tokenizer | None = None
         self.tokenizer_path: str | None = None
-        self._texts: dict[str, tuple[list[str], list[str]]] = {}
+        self._texts: dict[str, tuple[list[str], list[str]]] = {}  # joined by data.join once the vocabulary is
+        self._pairs: dict[str, int] = {}  # sentence pairs per split before joining, as messages count them
         self._data: dict[str, PairDataset] = {}
         self._raw: dict[str, datasets.Dataset] = {}
 
@@ -246,45 +252,45 @@ class TranslationDataModule(pl.LightningDataModule):
         load = self.load_local if self.loaded_from == "local" else self._load_hub
         for split in dict.fromkeys((self.train_split, self.val_split, self.test_split)):
             src, tgt = load(split)
-            limit = self.limit_train if split == self.train_split else self.limit_eval
+            limit = self.limit_train if (train := split == self.train_split) else self.limit_eval
             if limit is not None:
                 src, tgt = src[:limit], tgt[:limit]
-            self._texts[split] = (src, tgt)
-        self.tokenizer = self._get_tokenizer()
+            check_split_size(self.join, split, len(src), limit and f"data.limit_{'train' if train else 'eval'}={limit}")
+            self._texts[split], self._pairs[split] = (src, tgt), len(src)
+        self.tokenizer = self._get_tokenizer()  # on the sentences as they are: every join has one vocabulary
         for split, (src, tgt) in self._texts.items():
-            self._data[split] = self._build(split, src, tgt, filter_long=split == self.train_split)
+            self._texts[split] = (join_lines(src, self.join), join_lines(tgt, self.join))
+            self._data[split] = self._build(split, *self._texts[split], filter_long=split == self.train_split)
 
     def _build(self, split: str, src: list[str], tgt: list[str], filter_long: bool) -> PairDataset:
         self._raw[split] = datasets.Dataset.from_dict({"src": src, "tgt": tgt})
         s_ids, t_ids = self.encode(src), self.encode(tgt)
         index = list(range(len(src)))
-        if filter_long:
-            # +1: the target gets BOS (tgt_in) / EOS (tgt_out); src counted the same way for symmetry.
-            keep = [i for i in index if max(len(s_ids[i]), len(t_ids[i])) + 1 <= self.max_len]
-            if len(keep) < len(index):
-                log.warning(
-                    "%s: filtered %d of %d training pairs longer than max_len=%d subwords",
-                    split,
-                    len(index) - len(keep),
-                    len(index),
-                    self.max_len,
-                )
-            if not keep:
-                raise DataError(f"split '{split}': every pair is longer than data.max_len={self.max_len}; raise it")
-            s_ids, t_ids, index = [s_ids[i] for i in keep], [t_ids[i] for i in keep], keep
+        if filter_long:  # data.max_len: long training pairs left out at join 1, a joined one stops (joining)
+            index = fit_max_len(split, s_ids, t_ids, self.max_len, self.join, self._pairs.get(split, len(src)))
+            s_ids, t_ids = [s_ids[i] for i in index], [t_ids[i] for i in index]
         return PairDataset(s_ids, t_ids, index)
 
-    def check_fits(self, split: str, max_len: int) -> None:
-        """Every pair of an evaluation split fits the model's max_len positions (with BOS/EOS). Evaluation
-        scores every pair, so the longest one is checked before training rather than crashing mid-run."""
+    def check_fits(self, split: str, max_len: int, decode_extra: int | None = None) -> None:
+        """Every pair of an evaluation split fits the model's max_len positions with BOS/EOS: checked before
+        training, not mid-run. A joined one (data.join > 1) also leaves room to decode its source + decode_extra
+        (module.max_len_extra) tokens, or decoding would cut its hypothesis short."""
         self._need_split(split)
         data = self._data[split]
         lengths = [max(len(s), len(t)) + 1 for s, t in zip(data.src, data.tgt)]
         i = max(range(len(lengths)), key=lengths.__getitem__)
+        what = what_example(data.index[i], self.join, self._pairs.get(split, len(lengths)))
         if lengths[i] > max_len:
             raise DataError(
-                f"split '{split}': pair {data.index[i] + 1} is {lengths[i]} subwords long with BOS/EOS, "
+                f"split '{split}': {what} is {lengths[i]} subwords long with BOS/EOS, "
                 f"longer than model.max_len={max_len}; evaluation scores every pair: raise model.max_len"
+            )
+        longest = max(map(len, data.src))
+        if self.join > 1 and decode_extra is not None and (need := longest + decode_extra + 1) > max_len:
+            raise DataError(
+                f"split '{split}': decoding its longest joined source ({longest} subwords, data.join={self.join}) up "
+                f"to module.max_len_extra={decode_extra} tokens longer needs model.max_len >= {need}, got {max_len}: "
+                "raise model.max_len (or lower module.max_len_extra)"
             )
 
     @property
@@ -344,14 +350,15 @@ class TranslationDataModule(pl.LightningDataModule):
         return name
 
     def add_split(self, name: str, src_texts: list[str], tgt_texts: list[str]) -> None:
-        """Register extra evaluation data (never filtered, limit_eval not applied)."""
+        """Register extra evaluation data (never filtered, limit_eval not applied; joined by data.join)."""
         src_texts, tgt_texts = list(src_texts), list(tgt_texts)
         if len(src_texts) != len(tgt_texts):
             raise DataError(f"split '{name}': {len(src_texts)} source vs {len(tgt_texts)} target sentences")
         self._need_tokenizer()
         src, tgt = clean_pairs(src_texts, tgt_texts, f"split '{name}'")
-        self._texts[name] = (src, tgt)
-        self._data[name] = self._build(name, src, tgt, filter_long=False)
+        check_split_size(self.join, name, len(src))  # joined as the run's own splits are
+        self._texts[name], self._pairs[name] = (join_lines(src, self.join), join_lines(tgt, self.join)), len(src)
+        self._data[name] = self._build(name, *self._texts[name], filter_long=False)
 
     def dataloader(self, split: str, shuffle: bool = False, rank: int = 0, world_size: int = 1) -> DataLoader:
         self._need_split(split)

@@ -49,6 +49,7 @@ SAME_TEST_SET = (
     "limit_train",
     "tokenizer",
     "vocab_size",
+    "join",
 )
 METRIC = BLEU()
 

@@ -12,6 +12,7 @@ from sacrebleu.significance import PairedTest
 
 from headsweep.config import CONF_DIR, compose
 from headsweep.data import DataError, read_lines, split_files
+from headsweep.data.joining import join_lines
 
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
@@ -45,7 +46,8 @@ def configured_data_dir() -> Path:
 
 
 def references(run: Run) -> list[str]:
-    """The test references as the run saw them: its data.dir/test_split.tgt_lang[.gz], cut at limit_eval."""
+    """The test references as the run saw them: its data.dir/test_split.tgt_lang[.gz], cut at limit_eval, and
+    joined data.join lines at a time as its examples were (data.joining; a run from before the setting: 1)."""
     data = run.results["config"]["data"]
     split = data["test_split"]
     listed = run.results.get("references", {}).get(split)
@@ -57,7 +59,7 @@ def references(run: Run) -> list[str]:
         except DataError as e:
             raise ReportError(f"references of {run.dir.name}: {e}") from None
     lines = read_text_lines(path)
-    return lines[: data["limit_eval"]] if data.get("limit_eval") else lines
+    return join_lines(lines[: data["limit_eval"]] if data.get("limit_eval") else lines, data.get("join", 1))
 
 
 def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:

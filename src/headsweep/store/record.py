@@ -72,6 +72,8 @@ ADDED_SETTINGS = {
     "model.init_wo_base": None,
     "model.init_wo_gain": 1.0,
     "model.init_ff2_gain": 1.0,
+    # issue 70: one sentence pair per example
+    "data.join": 1,
 }
 # Settings added at a default that trains what was trained before them: left out of the identity at that value,
 # so every run recorded before them keeps its key (and results/runs/<key>/), while any other value is another
@@ -82,6 +84,7 @@ NEUTRAL_SETTINGS = {
     "model.init_wo": "fan_in",
     "model.init_wo_gain": 1.0,
     "model.init_ff2_gain": 1.0,
+    "data.join": 1,
 }
 
 

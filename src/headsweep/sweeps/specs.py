@@ -303,6 +303,15 @@ def follows_heads(key: str, flats: list[dict]) -> bool:
     return key == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in flats)
 
 
+def follows_join(key: str, flats: list[dict]) -> bool:
+    """data.max_len set by data.join alone (one value per join: longer examples need a longer limit, the
+    sweep's lengths) is no setting of its own: the name says join8, not join8-max_len256."""
+    if key != "data.max_len":
+        return False
+    joins = {f.get("data.join", 1) for f in flats}
+    return len(joins) > 1 and len({(f.get("data.join", 1), f.get(key)) for f in flats}) == len(joins)
+
+
 def follows_width(key: str, flats: list[dict]) -> bool:
     """A peak learning rate scaled by d_model^-0.5 in every run (conf/module: width_scaled_lr, the paper's
     schedule) moves with the model size, not as a setting of its own: Table 3 has no column for it."""
@@ -327,6 +336,7 @@ def cell_labels(flats: list[dict]) -> list[str]:
         if len({repr(f.get(k)) for f in flats}) > 1
         and k not in ("model.heads", "model.d_k", "model.d_v")
         and not follows_heads(k, flats)
+        and not follows_join(k, flats)
     ]
     varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
     return [

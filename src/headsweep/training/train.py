@@ -150,7 +150,7 @@ def build(cfg: DictConfig):
         _convert_="all",
     )
     for split in (datamodule.val_split, datamodule.test_split):
-        datamodule.check_fits(split, module.net.cfg.max_len)
+        datamodule.check_fits(split, module.net.cfg.max_len, module.hparams.max_len_extra)
     return datamodule, module
 
 
