@@ -55,6 +55,7 @@ AFTER_FREEZE = {
     "heads_identical",
     "init_scale",
     "init_scale_wo0",
+    "init_scale_edge",
     "init_scale_prenorm",
     "heads_fixed_dk_mup_init",
     "lengths",
