@@ -37,7 +37,7 @@ from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
 from headsweep.reports.report_lr import lr_section, split_grid_runs
 from headsweep.reports.report_plots import learning_curves, plots, seed_spread
-from headsweep.reports.report_protocol import protocol_lines
+from headsweep.reports.report_protocol import protocol_lines, start_banner
 from headsweep.reports.report_similarity import similarity_curves
 from headsweep.reports.report_site import index_record
 from headsweep.reports.report_table import (
@@ -596,7 +596,12 @@ def write_report(
     # before any file is written: a page that cannot state its protocol is not written at all
     top = protocol_lines(sweep, cells, grid_runs)
     questions = Q.load(root=root) if questions is None else questions
-    top = [*Q.banner(questions, sweep, out_dir), *Q.question_block(questions, sweep, out_dir), *top]
+    top = [
+        *Q.banner(questions, sweep, out_dir),
+        *start_banner(cells),
+        *Q.question_block(questions, sweep, out_dir),
+        *top,
+    ]
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)

@@ -118,10 +118,52 @@ def protocol_lines(sweep: str, cells: list[Cell], grid_runs: list[Run]) -> list[
         f"precision {per_cell(cells, 'trainer.precision')}",
         f"device {device_text(runs)}",
         f"init {per_cell(cells, 'model.init')}",
+        start_words(cells),
         f"peak rate {rate}",
         f"schedule: {schedule}",
     ]
     return [f"- **Protocol:** {'; '.join(parts)}.", f"- **Reproduce:** {command(sweep, cells, grid)}"]
+
+
+def start_words(cells: list[Cell]) -> str:
+    """The residual outputs' starting scale (model.residual_init): W^O's and W_2's init gains, and muP's W^O."""
+    words = (
+        f"residual outputs' init gain W^O {per_cell(cells, 'model.init_wo_gain')}, "
+        f"W_2 {per_cell(cells, 'model.init_ff2_gain')}"
+    )
+    mup = any(r.flat.get("model.init_wo", "fan_in") == "mup" for c in cells for r in c.runs)
+    return words + (f" (W^O {per_cell(cells, 'model.init_wo')}: muP's std x sqrt(base / fan-in))" if mup else "")
+
+
+def protocol_start() -> tuple[float, float]:
+    """The protocol's starting scale today: conf/model's default W^O and W_2 gains (TransformerConfig's, which a
+    test holds equal to conf/)."""
+    from dataclasses import fields
+
+    from headsweep.model import TransformerConfig
+
+    defaults = {f.name: f.default for f in fields(TransformerConfig)}
+    return float(defaults["init_wo_gain"]), float(defaults["init_ff2_gain"])
+
+
+def start_banner(cells: list[Cell]) -> list[str]:
+    """Atop a page whose every run started its residual outputs at gain 1 while the protocol's default is now
+    another gain: its answers were read under the earlier, slower start, and have not been re-run."""
+    wo, ff2 = protocol_start()
+    if (wo, ff2) == (1.0, 1.0):
+        return []
+    runs = [r for c in cells for r in c.runs]
+    if not all(
+        r.flat.get("model.init_wo_gain", 1.0) == 1.0 and r.flat.get("model.init_ff2_gain", 1.0) == 1.0 for r in runs
+    ):
+        return []
+    return [
+        f"> **Earlier starting scale.** Every run here started W^O and the FFN's W_2 at gain 1 (as drawn); the "
+        f"protocol now starts them at {wo:.3g} and {ff2:.3g}, chosen on the base's validation loss (a post-norm "
+        "base trains faster from it: [the question](index.md#q-init_scale), [docs/init.md](../docs/init.md)). "
+        "These answers were read under the slower start and have not been re-run.",
+        "",
+    ]
 
 
 def command(sweep: str, cells: list[Cell], grid: list[float]) -> str:
