@@ -127,9 +127,10 @@ def protocol_lines(sweep: str, cells: list[Cell], grid_runs: list[Run]) -> list[
 
 def start_words(cells: list[Cell]) -> str:
     """The residual outputs' starting scale (model.residual_init): W^O's and W_2's init gains, and muP's W^O."""
+    gain = lambda v: f"{v:.3g}"  # noqa: E731  (0.707, not 0.7071067811865476)
     words = (
-        f"residual outputs' init gain W^O {per_cell(cells, 'model.init_wo_gain')}, "
-        f"W_2 {per_cell(cells, 'model.init_ff2_gain')}"
+        f"residual outputs' init gain W^O {per_cell(cells, 'model.init_wo_gain', gain)}, "
+        f"W_2 {per_cell(cells, 'model.init_ff2_gain', gain)}"
     )
     mup = any(r.flat.get("model.init_wo", "fan_in") == "mup" for c in cells for r in c.runs)
     return words + (f" (W^O {per_cell(cells, 'model.init_wo')}: muP's std x sqrt(base / fan-in))" if mup else "")
