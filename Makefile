@@ -148,9 +148,20 @@ budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, c
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
 	$(PY) -m headsweep.sweeps.sync --sweep $(SWEEP) $(if $(DRY),--dry)
 
+# make wandb-export / wandb-views: the W&B project the runs go to (empty: headsweep-reference), and its entity
+# (empty: WANDB_ENTITY, else the API key's default entity)
+PROJECT ?=
+ENTITY ?=
+
 .PHONY: wandb-export
-wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b]
-	$(PY) -m headsweep.reports.wandb_export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b PROJECT=..]
+	$(PY) -m headsweep.reports.wandb_export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) \
+		$(if $(PROJECT),--project $(PROJECT)) $(ARGS)
+
+.PHONY: wandb-views
+wandb-views: setup  ## A W&B report per question + a workspace view; specs in wandb-export/views/, saved where WANDB_API_KEY is set [PROJECT=.. ENTITY=..]
+	$(PY) -m headsweep.reports.wandb_views --root $(RESULTS) --out wandb-export/views $(if $(PROJECT),--project $(PROJECT)) \
+		$(if $(ENTITY),--entity $(ENTITY)) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)

@@ -79,13 +79,19 @@ def load_runs(sweep_dir: Path, sweep: str | None = None) -> tuple[list[Run], lis
 def as_run(d: Path, results: dict) -> Run:
     cfg = results["config"]
     tags = cfg.get("tags") or []
-    # the cell tag first: a run another sweep made and this one adopted keeps its old `cell` key
-    cell = (
-        next((t[len("cell-") :] for t in tags if t.startswith("cell-")), None)
-        or cfg.get("cell")
-        or default_cell(results.get("run_name") or d.name)
-    )
+    cell = cell_label(results, d.name)
     return Run(d, results, flatten_config(OmegaConf.create(cfg)), cell, cfg["seed"], "base" in tags)
+
+
+def cell_label(results: dict, name: str) -> str:
+    """A run's cell as a view shows it (`results` as store.as_seen gives it): its cell tag first (a run another
+    sweep made and this one adopted keeps its old `cell` key), else the config's cell, else its name unseeded."""
+    cfg = results["config"]
+    return (
+        next((t[len("cell-") :] for t in cfg.get("tags") or [] if t.startswith("cell-")), None)
+        or cfg.get("cell")
+        or default_cell(results.get("run_name") or name)
+    )
 
 
 def problem(run: Run, sweep: str | None) -> str | None:

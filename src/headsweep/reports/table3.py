@@ -492,6 +492,23 @@ def plot(rows: dict, path: Path) -> Path | None:
     return path
 
 
+def table_body(rows: dict) -> list[list[str]]:
+    """The table's lines under HEADER: the base first, as in the paper, whichever row ran it; then every row's
+    other cells, and the paper's cells we have not run."""
+    any_base = table_base(rows)
+    body = [table_row("base", any_base, any_base)] if any_base else []
+    for row, info in rows.items():
+        base = next((c for c in info["cells"] if c.base), None)
+        if base is not None and info.get("suffix"):  # a row from a card: its own base, against which its Δs are
+            body.append(table_row(row, base, base, f"{row}: base on {info['suffix'].lstrip('_')}"))
+        body += [table_row(row, c, base) for c in info["cells"] if not c.base]
+        if info.get("unrun_lines"):
+            body += info["unrun_lines"]
+        elif not info["cells"]:
+            body.append([row, *[""] * len(SETTING_COLUMNS), *["—"] * 3, info["status"], *[""] * (len(HEADER) - 14)])
+    return body
+
+
 def markdown(rows: dict, png: Path | None, suffix: str) -> str:
     cmd = "make table3" + (f" ... (on the GPU: sweeps named <sweep>{suffix})" if suffix else "")
     md = [
@@ -528,19 +545,7 @@ def markdown(rows: dict, png: Path | None, suffix: str) -> str:
         summary,
     )
     md += ["", "## The table", ""]
-    # the base first, as in the paper, whichever row ran it; then every row's other cells
-    any_base = table_base(rows)
-    body = [table_row("base", any_base, any_base)] if any_base else []
-    for row, info in rows.items():
-        base = next((c for c in info["cells"] if c.base), None)
-        if base is not None and info.get("suffix"):  # a row from a card: its own base, against which its Δs are
-            body.append(table_row(row, base, base, f"{row}: base on {info['suffix'].lstrip('_')}"))
-        body += [table_row(row, c, base) for c in info["cells"] if not c.base]
-        if info.get("unrun_lines"):
-            body += info["unrun_lines"]
-        elif not info["cells"]:
-            body.append([row, *[""] * len(SETTING_COLUMNS), *["—"] * 3, info["status"], *[""] * (len(HEADER) - 14)])
-    md += markdown_table(HEADER, body)
+    md += markdown_table(HEADER, table_body(rows))
     md += ["", "## Rows", ""]
     for row, info in rows.items():
         md += [

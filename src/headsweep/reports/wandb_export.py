@@ -5,10 +5,14 @@ user's own project, to compare in W&B's dashboard.
     python -m headsweep.reports.wandb_export [--root results] [--out wandb-export] [--project headsweep-reference]
         [--sweeps a,b]
 
-Each W&B run carries the run's resolved config (results.json's, with the parameter counts), its final metrics
+Each W&B run carries the run's resolved config as a training run logs it (results.json's, d_k and d_v as the
+model uses them, with the parameter counts and attention FLOPs: sizes.comparison_config), its final metrics
 as the summary, one history row per validation (metrics.csv: val BLEU, chrF, loss, PPL at each step, and the
-training loss and rate logged between), its cell as the group (a cell's seeds aggregate in the dashboard), the
-question it answers (sweeps/_questions.yaml) as the job type, and every sweep that holds it as a tag. Reads
+training loss and rate logged between), its cell as the group (a cell's seeds aggregate in the dashboard), its
+cell in each sweep that shows it as config `cell_in.<sweep>` (what `make wandb-views` groups each sweep's runs
+by: a shared run may be a different cell in another sweep), the question it answers (sweeps/_questions.yaml) as
+the job type, and every sweep that holds it as a tag. A learning-rate grid run that a sweep also shows as its
+chosen cell's seed 1 is that cell (so the cell's seeds aggregate whole), not its grid cell `<cell>-lr<v>`. Reads
 results/ only, writes only under --out (emptied first, so an export is never mixed with an older one). W&B runs
 offline here whatever WANDB_MODE says: nothing leaves the machine until `wandb sync`.
 """
@@ -25,9 +29,11 @@ import sys
 from pathlib import Path
 
 from headsweep.reports import questions as Q
-from headsweep.reports.cells import ReportError
-from headsweep.store import RUNS
+from headsweep.reports.cells import ReportError, cell_label
+from headsweep.sizes import comparison_config
+from headsweep.store import RUNS, as_seen, read_record
 from headsweep.store.pack import metrics_file, open_text
+from headsweep.sweeps.lr_select import GRID_PHASE
 from headsweep.training.runs import RESULTS
 
 
@@ -89,6 +95,25 @@ def history(run_dir: Path) -> list[tuple[int, dict]]:
     return sorted(steps.items())
 
 
+def view_cells(run_dir: Path, jobs: list[str]) -> tuple[str, dict[str, str]]:
+    """The run's group and {sweep: its cell there} over its views `jobs` (sweep/job), each as the sweep's
+    report sees it (cells.cell_label of store.as_seen). Where a sweep shows the run twice, as a learning-rate
+    grid run and as its chosen cell's seed, the chosen cell wins: the grid's `<cell>-lr<v>` would split the
+    cell's seeds. The group: its cell in the sweep that trained it (config `sweep`) where that shows it as a
+    cell's seed, else in the first sweep that does, else in the first sweep."""
+    record = read_record(run_dir)
+    cells: dict[str, tuple[str, bool]] = {}
+    for job in jobs:
+        sweep, name = job.split("/", 1)
+        seen = as_seen(record, sweep, name)
+        grid = (seen["config"].get("lr_select") or {}).get("phase") == GRID_PHASE
+        if sweep not in cells or (cells[sweep][1] and not grid):
+            cells[sweep] = (cell_label(seen, name), grid)
+    trained = (record.config or {}).get("sweep")
+    order = sorted(cells, key=lambda s: (cells[s][1], s != trained))  # seeds of a cell first, its own sweep first
+    return cells[order[0]][0], {s: c for s, (c, _) in cells.items()}
+
+
 def export(root: Path, out: Path, project: str, only: list[str] | None = None, questions=None) -> list[Path]:
     """One offline W&B run per finished run under root, in out/wandb/; the run folders written."""
     import wandb
@@ -104,10 +129,10 @@ def export(root: Path, out: Path, project: str, only: list[str] | None = None, q
     written = []
     for run_dir, where in runs.items():
         results = json.loads((run_dir / RESULTS).read_text())
-        config = dict(results["config"])
-        config["params"] = results.get("params")
+        # as a training run logs its config: d_k, d_v resolved (null where the model derives them), params, flops
+        config = comparison_config(results["config"], results.get("params"))
         config["views"] = where["jobs"]
-        cell = config.get("cell") or results.get("run_name") or run_dir.name
+        cell, config["cell_in"] = view_cells(run_dir, where["jobs"])
         asked = sorted({asks[s] for s in where["sweeps"] if s in asks})
         run = wandb.init(
             project=project,
