@@ -17,9 +17,12 @@ from headsweep.training.checks import ConfigError, check_config
 SMALL = dict(vocab_size=64, d_model=32, n_layers=2, d_ff=64)
 
 
+UNIT = dict(init_wo_gain=1.0, init_ff2_gain=1.0)  # the weights as drawn: what each factor multiplies
+
+
 def build(**kw) -> dict[str, torch.Tensor]:
     torch.manual_seed(7)
-    return dict(Transformer(TransformerConfig(**{**SMALL, **kw})).named_parameters())
+    return dict(Transformer(TransformerConfig(**{**SMALL, **UNIT, **kw})).named_parameters())
 
 
 def is_wo(name: str) -> bool:
@@ -81,7 +84,7 @@ def test_the_init_check_measures_the_residual_gains():
     """The init check (make checks, make sweep) shows W^O's and W_2's gains, and the attention output's scale
     against the residual stream moves with W^O's gain: a cell's starting scale is visible before it trains."""
     cfg = dict(SMALL, heads=4)
-    one = init_check(TransformerConfig(**cfg))
+    one = init_check(TransformerConfig(**cfg, **UNIT))
     half = init_check(TransformerConfig(**cfg, init_wo_gain=0.5, init_ff2_gain=0.25))
     for kind in one["gain"]:
         assert half["gain"][kind]["o"] == pytest.approx(0.5 * one["gain"][kind]["o"], rel=1e-5)
@@ -100,12 +103,17 @@ def key(*overrides):
 def test_unit_gains_are_the_runs_recorded_before_them():
     """Gain 1 and fan_in W^O train what every earlier run trained: the same store key (the base cell is shared,
     never trained again); mup at the base's own fan-in too; any other gain is another experiment."""
-    assert key("model.init_wo_gain=1.0", "model.init_ff2_gain=1.0", "model.init_wo=fan_in") == key()
+    unit = ("model.init_wo_gain=1.0", "model.init_ff2_gain=1.0")
+    before = flat_key(
+        {k: v for k, v in flatten_config(compose(list(unit))).items() if "init_wo" not in k and "ff2" not in k}, 1
+    )
+    assert key(*unit, "model.init_wo=fan_in") == before  # a record without the keys reads them at 1
     h8 = ("model.heads=8", "model.d_k=32", "model.d_v=32")
-    assert key(*h8, "model.init_wo=mup", "model.init_wo_base=256") == key(*h8)
-    assert key("model.init_wo_gain=0.5") != key() and key("model.init_ff2_gain=0.5") != key()
+    assert key(*h8, *unit, "model.init_wo=mup", "model.init_wo_base=256") == key(*h8, *unit)
+    assert key("model.init_wo_gain=0.5") != key(*unit) and key("model.init_ff2_gain=0.5") != key(*unit)
+    assert key() != key(*unit)  # the default start (1/sqrt(6)) is another experiment than the runs before it
     h32 = ("model.heads=32", "model.d_k=32", "model.d_v=32")
-    assert key(*h32, "model.init_wo=mup", "model.init_wo_base=256") != key(*h32)
+    assert key(*h32, *unit, "model.init_wo=mup", "model.init_wo_base=256") != key(*h32, *unit)
 
 
 @pytest.mark.parametrize(
