@@ -97,9 +97,13 @@ def test_sdpa_equals_the_math_path_on_the_card(kv_heads, causal, bf16):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+# W^O and W_2 as drawn (gain 1): the seeds below were chosen for the models this start gives (varied lengths)
+UNIT_START = dict(init_wo_gain=1.0, init_ff2_gain=1.0)
+
+
 def random_model(seed: int, vocab: int, **kw) -> Transformer:
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=vocab, d_model=32, n_layers=2, heads=4, d_ff=64, max_len=64)
+    cfg = dict(vocab_size=vocab, d_model=32, n_layers=2, heads=4, d_ff=64, max_len=64, **UNIT_START)
     model = Transformer(TransformerConfig(**{**cfg, **kw})).eval().cuda()
     with torch.no_grad():  # peaked, varied distributions, so EOS sometimes wins
         model.embed.weight.mul_(4)
