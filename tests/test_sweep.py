@@ -401,8 +401,9 @@ def test_unknown_sweep_lists_the_available_ones(capsys):
         err.count("\n") == 1
         and "unknown sweep 'table3_z'; available: fixed_heads, fixed_heads_fan_in, heads_budget_1x, heads_budget_2x, "
         "heads_budget_2x_fp32, heads_by_width, heads_by_width_512_fp32, heads_fixed_dk, heads_fixed_dk_fan_in, "
-        "heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_fixed_dk_mup, heads_identical, heads_specialise, "
-        "heads_wo_mirror, heads_wo_mirror_mup, kv_heads,"
+        "heads_fixed_dk_fp32, heads_fixed_dk_fp32_lr, heads_fixed_dk_mup, heads_fixed_dk_mup_init, heads_identical, "
+        "heads_specialise, heads_wo_mirror, heads_wo_mirror_mup, init_scale, init_scale_edge, init_scale_prenorm, "
+        "init_scale_wo0, kv_heads,"
         in err
     )
 
@@ -591,6 +592,9 @@ def test_wandb_spec_of_a_variant_is_the_file_it_replaced(tmp_path):
             "trainer.precision": {"value": "32-true"},
             "model.init": {"value": "xavier"},
             "module.decay_by": {"value": "steps_or_time"},
+            # pinned since (issue 67) so its shipped runs stay its jobs whatever conf/model's start
+            "model.init_wo_gain": {"value": 1.0},
+            "model.init_ff2_gain": {"value": 1.0},
             "seed": {"values": [1, 2, 3]},
         },
     }
