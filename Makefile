@@ -114,8 +114,8 @@ ROWS ?=
 # make table3-report: the rows' sweeps under a GPU's name, e.g. SUFFIX=_h100 (what make table3 printed there)
 SUFFIX ?=
 
-table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2]
-	$(TRAIN_PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
+table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, the chosen start, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2 START=unit]
+	$(TRAIN_PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(START),--start $(START)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
 
 table3-report: setup  ## reports/table3.md/.html/.png: every row of Table 3 beside the paper's numbers [SUFFIX=_h100]

@@ -391,7 +391,8 @@ def test_the_sweep_page_shows_the_head_similarity_curves_per_cell(tmp_path):
     assert png in paths and png.stat().st_size > 10_000
     md = (tmp_path / "reports" / "heads_identical.md").read_text()
     assert "Head similarity against training step" in md and "No curve for base: trained before" in md
-    assert "| ident | fan_in, identical heads | " in md  # the init check's table (W^O's 0.35 is on purpose)
+    # the init check's table, the runs composed under the default start (W^O's small ratio is on purpose)
+    assert "| ident | fan_in, identical heads, W^O x0.408, W_2 x0.408 | " in md
     # without a run that logged it, no figure
     from headsweep.reports.report_similarity import similarity_curves
 

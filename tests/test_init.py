@@ -37,6 +37,10 @@ def old_reset_parameters(self):
                 nn.init.zeros_(m.bias)
 
 
+UNIT = dict(init_wo_gain=1.0, init_ff2_gain=1.0)  # the residual outputs as drawn, the start of the runs before 2026-11-28
+WO_GAIN = TransformerConfig().init_wo_gain  # the default start multiplies W^O's drawn weights by this
+
+
 def built(seed=1, **model):
     torch.manual_seed(seed)
     net = Transformer(TransformerConfig(**model))
@@ -85,8 +89,9 @@ def test_fan_in_is_lecun_uniform():
 )
 def test_fan_in_gains_are_one_whatever_the_head_sizes_and_xavier_s_are_not(model):
     gains = projection_gains(built(**model)[0])
-    assert all(g == pytest.approx(1.0, abs=0.02) for kind in gains.values() for g in kind.values()), gains
-    old = projection_gains(built(**model, init="xavier")[0])
+    want = {"q": 1.0, "k": 1.0, "v": 1.0, "o": WO_GAIN}  # W^O: gain 1 as drawn, times the default start's gain
+    assert all(g == pytest.approx(want[m], abs=0.02) for kind in gains.values() for m, g in kind.items()), gains
+    old = projection_gains(built(**model, init="xavier", **UNIT)[0])
     assert any(abs(g - 1) > 0.1 for kind in old.values() for g in kind.values()), old
 
 
@@ -94,12 +99,12 @@ def test_xavier_gains_are_the_issues_and_the_mirror_gain_restores_kv1_s():
     """Issue 42's table, from the closed form sqrt(fan_in) * sqrt(2 / (fan_in + fan_out)); the mirror cell
     (kv 8, fan_in, init_kv_gain 4/3) has xavier kv 1's W^K and W^V scale and the base's W^Q and W^O."""
     assert XAVIER_KV1 == pytest.approx(4 / 3, rel=1e-12)
-    kv1 = projection_gains(built(kv_heads=1, init="xavier")[0])["enc_self"]
+    kv1 = projection_gains(built(kv_heads=1, init="xavier", **UNIT)[0])["enc_self"]
     assert kv1["k"] == pytest.approx(XAVIER_KV1, rel=0.02) and kv1["q"] == pytest.approx(1.0, rel=0.02)
-    h32 = projection_gains(built(heads=32, d_k=32, d_v=32, init="xavier")[0])["cross"]
+    h32 = projection_gains(built(heads=32, d_k=32, d_v=32, init="xavier", **UNIT)[0])["cross"]
     assert h32["q"] == pytest.approx(math.sqrt(2 * 256 / (256 + 1024)), rel=0.02)  # 0.63
     assert h32["o"] == pytest.approx(math.sqrt(2 * 1024 / (1024 + 256)), rel=0.02)  # 1.26
-    mirror = projection_gains(built(init_kv_gain=4 / 3)[0])
+    mirror = projection_gains(built(init_kv_gain=4 / 3, **UNIT)[0])
     for kind in mirror:
         assert mirror[kind]["k"] == pytest.approx(kv1["k"], rel=0.02) and mirror[kind]["v"] == pytest.approx(
             kv1["v"], rel=0.02
@@ -320,7 +325,8 @@ def test_a_run_records_its_init_check(tiny_run):
     results = json.loads((tiny_run / "results.json").read_text())
     check = results["init_check"]
     assert check["init"] == "fan_in" and set(check["gain"]) == {"enc_self", "dec_self", "cross"}
-    assert all(g == pytest.approx(1.0, abs=0.1) for kind in check["gain"].values() for g in kind.values())
+    want = {"q": 1.0, "k": 1.0, "v": 1.0, "o": WO_GAIN}
+    assert all(g == pytest.approx(want[m], abs=0.1) for kind in check["gain"].values() for m, g in kind.items())
     assert all(0 < r < 2 for r in check["ratio"].values())
 
 

@@ -64,7 +64,7 @@ def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch
     monkeypatch.setattr("headsweep.sweeps.sweep.main", lambda argv: seen.setdefault(argv[1], argv) and 0)
     assert P.main(["--dry", "--rows", "A,B,C,D,E", "trainer.accelerator=cpu"]) == 0
     grids = {name: next(a for a in argv if a.startswith("--lr-grid=")) for name, argv in seen.items()}
-    assert grids == {
+    want = {
         "table3_a_fan_in": "--lr-grid=1e-3,2e-3,4e-3",
         "table3_b_fan_in": "--lr-grid=5e-4,1e-3,2e-3",
         "table3_c": "--lr-grid=1e-3,2e-3,4e-3",
@@ -72,16 +72,54 @@ def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch
         "table3_d_smoothing": "--lr-grid=5e-4,1e-3,2e-3",
         "table3_e": "--lr-grid=5e-4,1e-3,2e-3",
     }
+    assert grids == want
     assert "from 5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in capsys.readouterr().out
     from headsweep.reports.table3 import PROTOCOL_WORDS
 
     assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOL_WORDS
 
 
+def test_the_default_start_runs_each_row_under_its_own_name_and_unit_keeps_the_earlier_rows(monkeypatch, capsys):
+    """`make table3` trains every row from the model's default residual-output gains (1/sqrt(6)) as <sweep>_start,
+    beside the rows measured at gain 1 (their specs pin it); START=unit plans those rows under their own names."""
+    from headsweep.model.transformer import TransformerConfig
+
+    seen = {}
+    monkeypatch.setattr("headsweep.sweeps.sweep.main", lambda argv: seen.setdefault(argv[1], argv) and 0)
+    assert P.main(["--dry", "--rows", "C,D", "trainer.accelerator=cpu"]) == 0
+    g = TransformerConfig().init_wo_gain
+    assert g == pytest.approx(6**-0.5) and TransformerConfig().init_ff2_gain == g
+    assert {argv[argv.index("--name") + 1] for argv in seen.values()} == {
+        "table3_c_start",
+        "table3_d_dropout_start",
+        "table3_d_smoothing_start",
+    }
+    for argv in seen.values():  # the gains come after the spec's pinned 1.0, so they are the ones Hydra keeps
+        assert argv[-2:] == [f"model.init_wo_gain={g!r}", f"model.init_ff2_gain={g!r}"], argv
+    seen.clear()
+    assert P.main(["--dry", "--rows", "C", "--start", "unit", "trainer.accelerator=cpu"]) == 0
+    assert list(seen) == ["table3_c"] and "--name" not in seen["table3_c"]
+    assert not any("init_wo_gain" in a for a in seen["table3_c"])
+    assert "W^O and W_2 at gain 1 (the earlier start)" in capsys.readouterr().out
+
+
+def test_a_finished_run_under_another_start_in_a_row_is_one_line(tmp_path, capsys):
+    """A run trained at gain 1 left in results/table3_c_start: the row would mix two starts; nothing runs."""
+    run = tmp_path / "table3_c_start" / "h8-dk32-dv32-N4-dm256-ff1024-s1"
+    cfg = compose(
+        ["trainer.precision=bf16-mixed", "model.init_wo_gain=1.0", "model.init_ff2_gain=1.0", f"paths.output_dir={run}"]
+    )
+    write_results(run, {"status": "complete", "config": OmegaConf.to_container(cfg, resolve=True)})
+    assert P.main(["--rows", "C", "--results", str(tmp_path), "--root", str(tmp_path / "multirun")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "h8-dk32-dv32-N4-dm256-ff1024-s1 was trained with W^O, W_2 gains 1, 1" in err[0]
+    assert "a row never mixes two starts" in err[0] and not (tmp_path / "multirun").exists()
+
+
 @pytest.mark.skipif(not (SHIPPED / "table3_b_fan_in").is_dir(), reason="no shipped table3_b_fan_in")
 def test_row_b_is_the_shipped_sweep_and_finds_every_job_done(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)
-    assert P.main(["--rows", "B", "--dry", "--results", str(SHIPPED), "--root", str(tmp_path)]) == 0
+    assert P.main(["--rows", "B", "--start", "unit", "--dry", "--results", str(SHIPPED), "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     # both phases: the grid (3 cells x 3 rates) and the chosen rates (3 cells x 3 seeds), nothing to train
     assert out.count("sweep table3_b_fan_in (") == 2 and out.count("9 jobs, 9 done, 0 to run") == 2, out

@@ -103,12 +103,12 @@ class TransformerConfig:
     init_heads_noise: float = 0.0  # identical heads perturbed by this share of each projection's std
     # The residual branches' output matrices (headsweep.model.residual_init): W^O's std times
     # sqrt(init_wo_base / (h * d_v)) under init_wo "mup" (muP's output-weight init), then times init_wo_gain;
-    # the FFN's W_2 times init_ff2_gain. 1.0 and "fan_in": the init every run before 2026-11-28 had; the chosen start,
-    # 1/sqrt(6), is set by the sweeps that use it (conf/model/small.yaml).
+    # the FFN's W_2 times init_ff2_gain. Gains 1 and "fan_in": the init every run before 2026-11-28 had; the
+    # default 1/sqrt(6) was chosen on the base's validation loss (conf/model/small.yaml, docs/init.md).
     init_wo: str = "fan_in"
     init_wo_base: int | None = None  # W^O's fan-in h * d_v in the sweep's base cell (init_wo mup needs it)
-    init_wo_gain: float = 1.0
-    init_ff2_gain: float = 1.0
+    init_wo_gain: float = 0.4082482904638631
+    init_ff2_gain: float = 0.4082482904638631
 
     def __post_init__(self):
         if self.positions not in POSITIONS:

@@ -1,6 +1,11 @@
-"""Table 3, all five rows, under today's protocol, by one command: `make table3 [ROWS=A,D DRY=1 JOBS=2]`.
+"""Table 3, all five rows, under today's protocol, by one command: `make table3 [ROWS=A,D DRY=1 JOBS=2 START=unit]`.
 
-    python -m headsweep.sweeps.table3 [--rows A,B,C,D,E] [--dry] [--jobs N] [--results results] [hydra overrides]
+    python -m headsweep.sweeps.table3 [--rows A,B,C,D,E] [--start chosen|unit] [--dry] [--jobs N] [hydra overrides]
+
+Two starting scales (docs/init.md). `--start chosen` (the default): the residual outputs W^O and W_2 at the
+model's default init gains (1/sqrt(6), chosen on the base's validation loss), each row's sweep under the name
+<sweep>_start. `--start unit`: gains 1, the start every row was first measured under, the sweeps' own names (their
+specs pin it), kept as the earlier protocol beside the new one.
 
 Each row is one or two sweeps of sweeps/table3_*.yaml (ROWS below), each run as
 `make sweep SWEEP=<sweep> SEEDS=3 BUDGET=ablation LR_GRID=<the row's grid>` would run it: model.init fan_in,
@@ -37,6 +42,40 @@ BUDGET = "ablation"
 LR_GRID = "5e-4,1e-3,2e-3"
 ROW_GRIDS = {"A": "1e-3,2e-3,4e-3", "C": "1e-3,2e-3,4e-3"}  # why: the module's docstring
 BASE_ROW = "B"  # the shipped row at today's protocol: its precision is every row's on a CPU
+STARTS = ("chosen", "unit")
+GAINS = ("model.init_wo_gain", "model.init_ff2_gain")
+
+
+def start_overrides(start: str) -> tuple[str, list[str]]:
+    """(sweep name suffix, overrides) of a starting scale: 'chosen' sets the residual outputs' gains to the model's
+    defaults (the rows' specs pin 1, the start of their shipped runs), 'unit' keeps the specs' own."""
+    if start == "unit":
+        return "", []
+    from headsweep.model.transformer import TransformerConfig
+
+    default = TransformerConfig()
+    return "_start", [f"{GAINS[0]}={default.init_wo_gain!r}", f"{GAINS[1]}={default.init_ff2_gain!r}"]
+
+
+def mixed_start(results: Path, name: str, overrides: list[str]) -> str | None:
+    """One line when results/<name> holds a finished run whose residual-output gains are not the ones this
+    command trains with (a row never mixes two starts); None when it holds none."""
+    from headsweep.sweeps.sweep_settings import _get
+    from headsweep.training.runs import is_complete, read_results
+
+    want = {k: float(v) for k, v in (o.split("=", 1) for o in overrides) if k in GAINS}
+    for path in sorted((results / name).glob("*/results.json")):
+        if path.parent.name.startswith(".") or not is_complete(path.parent):
+            continue
+        config = read_results(path.parent)["config"]
+        got = {k: float(_get(config, k) if _get(config, k) is not None else 1.0) for k in GAINS}
+        if any(abs(got[k] - want.get(k, got[k])) > 1e-9 for k in GAINS):
+            return (
+                f"{results / name}/{path.parent.name} was trained with W^O, W_2 gains {got[GAINS[0]]:g}, "
+                f"{got[GAINS[1]]:g}, this row with {want[GAINS[0]]:g}, {want[GAINS[1]]:g}: a row never mixes two "
+                "starts; move that run away or use --start unit"
+            )
+    return None
 
 
 def row_grid(row: str) -> str:
@@ -112,6 +151,9 @@ def sweep_args(name: str, own: str, grid: str, args: argparse.Namespace, extra: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="", help=f"some of {','.join(ROWS)} (default: all)")
+    parser.add_argument(
+        "--start", default="chosen", choices=STARTS, help="residual outputs' init gains: the default's or 1"
+    )
     parser.add_argument("--dry", action="store_true", help="plan every row's jobs, done or to run; run nothing")
     parser.add_argument("--jobs", type=int, default=None, help="jobs at once (make sweep's JOBS)")
     parser.add_argument("--launcher", default=None, help="make sweep's LAUNCHER")
@@ -128,19 +170,26 @@ def main(argv: list[str] | None = None) -> int:
     from headsweep.sweeps import sweep
 
     tail = suffix(extra)
-    extra = [*extra, *pinned(args.results, extra, bool(tail))]
+    start, gains = start_overrides(args.start)
+    extra = [*extra, *pinned(args.results, extra, bool(tail)), *gains]
+    for row in rows:
+        for name in ROWS[row]:
+            if not args.dry and (bad := gains and mixed_start(args.results, name + start + tail, gains)):
+                print(f"error: {bad}", file=sys.stderr)
+                return 2
     print(
         f"table3: rows {', '.join(rows)} at the {BUDGET} budget, {SEEDS} seeds, a peak rate per cell from "
-        f"{grid_words()}{f' on the GPU (sweeps named <sweep>{tail})' if tail else ''}",
+        f"{grid_words()}, {'W^O and W_2 at gain 1 (the earlier start)' if not gains else ' '.join(gains)}"
+        f"{f' on the GPU (sweeps named <sweep>{start}{tail})' if tail else ''}",
         flush=True,
     )
     failed = []
     for row in rows:
         for name in ROWS[row]:
-            print(f"\n== row {row}: {name}{tail}", flush=True)
-            rc = sweep.main(sweep_args(name, name + tail, row_grid(row), args, extra))
+            print(f"\n== row {row}: {name}{start}{tail}", flush=True)
+            rc = sweep.main(sweep_args(name, name + start + tail, row_grid(row), args, extra))
             if rc:
-                failed.append(f"{row} ({name}{tail}: exit {rc})")
+                failed.append(f"{row} ({name}{start}{tail}: exit {rc})")
     if failed:
         print(f"table3: rows not finished: {', '.join(failed)}; rerun the same command to resume", file=sys.stderr)
         return 1
