@@ -37,7 +37,7 @@ def old_reset_parameters(self):
                 nn.init.zeros_(m.bias)
 
 
-UNIT = dict(init_wo_gain=1.0, init_ff2_gain=1.0)  # the residual outputs as drawn, the start of the runs before 2026-11-28
+UNIT = dict(init_wo_gain=1.0, init_ff2_gain=1.0)  # W^O and W_2 as drawn: the runs before 2026-11-28
 WO_GAIN = TransformerConfig().init_wo_gain  # the default start multiplies W^O's drawn weights by this
 
 
