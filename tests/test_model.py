@@ -96,8 +96,15 @@ def test_a_tiny_model_learns_to_copy():
     bos, eos, vocab, n, steps, warmup = 1, 2, 12, 8, 300, 50  # copy 8 of the tokens 3..11
     net = Transformer(
         TransformerConfig(
-            vocab_size=vocab, d_model=32, n_layers=1, heads=4, d_ff=64, dropout=0.0, max_len=16,
-            init_wo_gain=1.0, init_ff2_gain=1.0,  # the start this check's seed and thresholds were set under
+            vocab_size=vocab,
+            d_model=32,
+            n_layers=1,
+            heads=4,
+            d_ff=64,
+            dropout=0.0,
+            max_len=16,
+            init_wo_gain=1.0,
+            init_ff2_gain=1.0,  # the start this check's seed and thresholds were set under
         )
     )
     opt = torch.optim.Adam(net.parameters(), lr=5e-3, betas=(0.9, 0.98), eps=1e-9)
