@@ -139,3 +139,21 @@ def test_check_residual_init_names_the_choices():
     with pytest.raises(ValueError, match="whole number >= 1"):
         check_residual_init("mup", 0, 1.0, 1.0)
     check_residual_init("mup", 256, 0.0, 0.0)  # zero gains are a setting: the branch starts at zero
+
+
+def test_the_init_check_reads_mup_s_w_o_scale_as_on_purpose_and_fan_in_s_as_a_confound():
+    """h 32 at d_v 32 beside the base h 8: under init_wo mup W^O's gain is sqrt(256 / 1024) = 1/2 of the base's, on
+    purpose (no line); the same two cells' W^Q gain moved by hand is still named."""
+    from headsweep.sweeps.init_check import confounds, differences
+
+    def check(heads, init_wo):
+        cfg = TransformerConfig(vocab_size=256, heads=heads, d_k=32, d_v=32, init_wo=init_wo, init_wo_base=256)
+        return init_check(cfg, seed=1)
+
+    base, h32 = check(8, "mup"), check(32, "mup")
+    found = {q for q, _, _ in differences(h32, base, 0.10)}
+    assert any(q.startswith("gain W^O") for q in found), found  # the scale did move: by design
+    flat = {"model.init_wo": "mup", "model.heads": 32, "model.d_model": 256}
+    assert confounds(flat, {**flat, "model.heads": 8}, h32, base) == []
+    moved = {**h32, "gain": {k: {**g, "q": 2 * g["q"]} for k, g in h32["gain"].items()}}
+    assert {q for q, _, _ in confounds(flat, {**flat, "model.heads": 8}, moved, base)} >= {"gain W^Q enc_self"}

@@ -93,6 +93,8 @@ def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: 
     """(quantity, cell's value, base's value) where the cell differs from the base by more than `tolerance` in a
     quantity it does not vary on purpose, largest first."""
     skip = on_purpose(varied_keys(flat, base))
+    if flat.get("model.init_wo") == "mup":  # muP's W^O init moves W^O's scale with its fan-in h * d_v on purpose
+        skip += ON_PURPOSE["model.init_wo"]
     found = [d for d in differences(check, base_check, tolerance) if not d[0].startswith(skip)]
     return sorted(found, key=lambda d: -abs(d[1] / d[2] - 1))
 
