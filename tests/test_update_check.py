@@ -32,7 +32,9 @@ H32 = ["model.heads=32", "model.d_k=32", "model.d_v=32"]
 
 def cell(overrides: list[str], scaling: str = "none", base: list[str] = BASE) -> tuple[dict, dict]:
     """(flat settings, update check) of a cell at 2e-3, its lr_base from `base` under mup, as planning does."""
-    extra = ["module.peak_lr=2e-3", f"module.lr_scaling={scaling}"]
+    # W^O and W_2 as drawn (gain 1): the start these ratios were measured under. From the default 1/sqrt(6) some move
+    # (kv 2's cross attention 1.34x the base's, identical heads' encoder 1.02x): not re-measured for the new start.
+    extra = ["module.peak_lr=2e-3", f"module.lr_scaling={scaling}", "model.init_wo_gain=1.0", "model.init_ff2_gain=1.0"]
     if scaling == "mup":
         fans = base_fan_ins(flatten_config(compose(base)))
         extra.append("module.lr_base={" + ",".join(f"{k}:{v}" for k, v in fans.items()) + "}")
