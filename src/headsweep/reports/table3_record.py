@@ -253,9 +253,11 @@ def answer_line(record: dict, rows: str) -> str:
     parts = []
     for protocol, p in record["protocols"].items():
         mine = [c for c in record["cells"] if c["protocol"] == protocol and c.get("paper_index") is not None]
-        if rows == "all":
+        if rows == "all" and all(c["verdict"] is None for c in mine):
+            text = NOT_RUN
+        elif rows == "all":
             text = "; ".join(f"{r}: {counts_text([c for c in mine if c['row'] == r], names=False)}" for r in ROWS)
         else:
             text = counts_text([c for c in mine if c["row"] == rows])
-        parts.append(f"{p['title']}: {text}")
-    return "Verdicts (reports/table3.json), " + ". ".join(parts) + "."
+        parts.append(f"{p['title'][0].upper()}{p['title'][1:]}: {text}")
+    return "Verdicts (reports/table3.json). " + ". ".join(parts) + "."
