@@ -118,8 +118,8 @@ table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, the chosen start,
 	$(TRAIN_PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(START),--start $(START)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
 
-table3-report: setup  ## reports/table3.md/.html/.png: every row of Table 3 beside the paper's numbers [SUFFIX=_h100]
-	$(PY) -m headsweep.reports.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) $(ARGS)
+table3-report: setup  ## reports/table3.json (every verdict), the page, index and README answers rendered from it [SUFFIX=_h100]
+	$(PY) -m headsweep.reports.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) --readme README.md $(ARGS)
 
 migrate-results: setup  ## Pack the stored runs (hypotheses gzipped, figures small), every number compared before/after
 	$(PY) -m headsweep.reports.results_check migrate --results $(RESULTS)

@@ -61,6 +61,9 @@ def test_the_shipped_questions_file_loads_and_names_every_sweep_it_needs():
         ),
         (("superseded_by: kv_heads_lr", "superseded_by: table3_a"), "which is no page of the question"),
         (("0.75 BLEU (fan_in, 3 seeds).", "0.75 " + "word " * 30), "words; at most 30"),
+        # a Table 3 question's verdicts come from reports/table3.json: its answer may not word one by hand
+        (('    answer: "Not', '    verdicts: B\n    answer: "Agrees, not'), "its answer words a verdict ('Agrees')"),
+        (('    answer: "Not', '    verdicts: F\n    answer: "Not'), "verdicts 'F' is not one of all, A, B, C, D, E"),
     ],
 )
 def test_bad_questions_fail_in_one_line(tmp_path, change, message):

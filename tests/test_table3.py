@@ -1,10 +1,13 @@
 """Table 3 by one command (headsweep.sweeps.table3) and its page (headsweep.reports.table3): the rows checked
-before anything is planned, one base run shared by every row, today's protocol only; the page on a tiny fake
-store (a row at today's protocol, a row with only its learning-rate grid, a row not run, a run under another
-protocol left out), its verdicts by hand."""
+before anything is planned, one base run shared by every row; the page on a tiny fake store (a row at the earlier
+protocol, a row with only its learning-rate grid, a row not run, a run under another protocol left out, a row
+under the new start, a row whose base ran on another machine class), its verdicts by hand; reports/table3.json
+rendered into the page, the index and README, each saying the record's verdict for every cell."""
 
 import gzip
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -14,11 +17,13 @@ from conftest import write_results
 from headsweep import store
 from headsweep.config import SWEEPS_DIR, compose
 from headsweep.reports import table3 as T
-from headsweep.reports.cells import Cell
+from headsweep.reports import table3_page as TP
+from headsweep.reports import table3_rows as R
 from headsweep.sweeps import table3 as P
 from headsweep.sweeps.lr_select import LR_KEY, parse_grid, plan_lr
 
 SHIPPED = SWEEPS_DIR.parent / "results"
+UNIT = ["model.init_wo_gain=1.0", "model.init_ff2_gain=1.0"]  # the earlier protocol's start (the default is 1/sqrt(6))
 
 
 # -- the command ---------------------------------------------------------------------------------------------
@@ -74,9 +79,9 @@ def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch
     }
     assert grids == want
     assert "from 5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in capsys.readouterr().out
-    from headsweep.reports.table3 import PROTOCOL_WORDS
+    from headsweep.reports.table3_rows import EARLIER, PROTOCOLS
 
-    assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOL_WORDS
+    assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOLS[EARLIER]["words"]
 
 
 def test_the_default_start_runs_each_row_under_its_own_name_and_unit_keeps_the_earlier_rows(monkeypatch, capsys):
@@ -129,28 +134,31 @@ def test_row_b_is_the_shipped_sweep_and_finds_every_job_done(tmp_path, capsys, m
 # -- the page ---------------------------------------------------------------------------------------------------
 
 REFS = ["a man rides a red bike .", "two dogs play in the snow .", "a woman sings .", "kids run on the beach ."]
+AMX = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None, "torch": "2"}
+EPYC = {"cpu": "AMD EPYC 7B13", "cpu_class": "AVX512 + AVX512-BF16 (bf16 units)", "gpu": None, "torch": "2"}
+START = [f"model.init_wo_gain={R.START_GAIN!r}", f"model.init_ff2_gain={R.START_GAIN!r}"]
 
 
 def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str], seed: int, bleu: float, **kw) -> Path:
-    """A finished run of `sweep` (as the store's view shows it): config at today's protocol unless
-    `protocol` overrides say otherwise, test BLEU `bleu`, hypotheses that differ by cell and seed."""
+    """A finished run of `sweep` in the store (results/runs/<key>) and its view results/<sweep>/<job>: config at
+    the earlier protocol unless `protocol` overrides say otherwise, test BLEU `bleu`, hypotheses that differ by
+    cell and seed, a val-loss curve at `early` (step 460, 40% of 1,150) that falls by 0.7 to the end."""
     phase = kw.get("phase", "chosen")
     lr = kw.get("lr", 0.002)
     name = f"{cell}-lr{lr:g}-s{seed}" if phase == "grid" else f"{cell}-s{seed}"
     tag_cell = f"{cell}-lr{lr:g}" if phase == "grid" else cell
-    base = kw.get("base", False) and phase != "grid"
-    run = root / sweep / name
+    tags = [f"cell-{tag_cell}", *(["base"] if kw.get("base", False) and phase != "grid" else [])]
     cfg = compose(
         [
             "budget=ablation",
             "trainer.precision=bf16-mixed",
             *overrides,
-            *kw.get("protocol", ["model.init=fan_in"]),
+            *kw.get("protocol", ["model.init=fan_in", *UNIT]),
             f"seed={seed}",
             f"sweep={sweep}",
             f"run_name={name}",
-            f"paths.output_dir={run}",
-            f"tags=[cell-{tag_cell}{',base' if base else ''}]",
+            f"paths.output_dir={root / sweep / name}",
+            f"tags=[{','.join(tags)}]",
             f"data.dir={data}",
             "data.test_split=test",
             f"module.peak_lr={lr}",
@@ -161,123 +169,182 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
             ),
         ]
     )
+    config = OmegaConf.to_container(cfg, resolve=True)
+    run = store.store_dir(root, store.experiment_key(config))
     (run / "hypotheses").mkdir(parents=True)
     hyps = [r if (i + seed + len(cell)) % 3 else r.replace("a ", "the ", 1) for i, r in enumerate(REFS)]
     (run / "hypotheses" / "test.beam.en").write_text("".join(h + "\n" for h in hyps))
+    early = kw.get("early", 3.0)
+    curve = {230: early + 0.8, 460: early, 690: early - 0.4, 920: early - 0.6, 1150: early - 0.7}
+    lines = ["epoch,step,train/loss,val/bleu,val/loss", *(f"0,{s - 1},,{bleu - 1},{v}" for s, v in curve.items())]
+    (run / "metrics.csv").write_text("\n".join(lines) + "\n")
     write_results(
         run,
         {
             "status": "complete",
             "run_name": name,
             "sweep": sweep,
-            "config": OmegaConf.to_container(cfg, resolve=True),
+            "config": config,
             "params": {"total": 7_577_600},
+            "machine": kw.get("machine"),
             "hypotheses": {"test.beam": str(run / "hypotheses" / "test.beam.en")},
             "metrics": {
                 "test/bleu": bleu,
                 "test/chrf": 50.0,
                 "val/bleu": bleu - 1,
-                "val/ppl": 12.0 - bleu / 10,
-                "val/loss": kw.get("val_loss", 2.4),
+                "val/ppl": kw.get("val_ppl", 12.0 - bleu / 10),
+                "val/loss": kw.get("val_loss", early - 0.7),
                 "test/ppl": 9.0,
                 "train/steps": 1150,
             },
         },
     )
-    (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")
-    return run
+    store.show(run, root / sweep / name, tags)
+    return root / sweep / name
+
+
+def row_b(root: Path, data: Path, sweep: str = "table3_b_fan_in", offsets=(30.0, 30.3, 32.0), **kw) -> None:
+    """Row B: the base d_k 32 at 30 +- 0.1; d_k 16 and d_k 8 at the given means, the same spread."""
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        for (dk, mean), base in zip(((32, offsets[0]), (16, offsets[1]), (8, offsets[2])), (True, False, False)):
+            over = [f"model.d_k={dk}", "model.d_v=32"]
+            fake_run(root, data, sweep, f"h8-dk{dk}-dv32", over, seed, mean + noise, base=base, **kw)
 
 
 @pytest.fixture
-def fake_root(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
+def data(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    with gzip.open(d / "test.en.gz", "wt", encoding="utf-8") as f:
         f.write("".join(r + "\n" for r in REFS))
+    return d
+
+
+@pytest.fixture
+def fake_root(tmp_path, data):
     root = tmp_path / "results"
-    b = "table3_b_fan_in"
-    # row B: base d_k 32 at 30 +- ~0.1; d_k 16 one BLEU worse (the paper's way), d_k 8 two better (the
-    # opposite of the paper's -0.7, beyond the seed spread)
-    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
-        fake_run(root, data, b, "h8-dk32-dv32", ["model.d_k=32", "model.d_v=32"], seed, 30.0 + noise, base=True)
-        fake_run(root, data, b, "h8-dk16-dv32", ["model.d_k=16", "model.d_v=32"], seed, 29.0 + noise)
-        fake_run(root, data, b, "h8-dk8-dv32", ["model.d_k=8", "model.d_v=32"], seed, 32.0 + noise)
-    # a row B run under the earlier protocol: never in the table
-    fake_run(
-        root,
-        data,
-        b,
-        "h8-dk4-dv32",
-        ["model.d_k=4", "model.d_v=32"],
-        1,
-        10.0,
-        protocol=["model.init=xavier", "module.decay_by=steps_or_time"],
-        grid=False,
-    )
+    # row B: d_k 16 +0.3 (the paper's -0.4 is no clear effect: inside ±1, agrees); d_k 8 +2.0 (the paper's -0.7 is
+    # a cost: the other side, beyond noise, disagrees)
+    row_b(root, data)
+    # a row B run under the xavier protocol: never in the table
+    xavier = ["model.init=xavier", "module.decay_by=steps_or_time"]
+    fake_run(root, data, "table3_b_fan_in", "h8-dk4-dv32", ["model.d_k=4"], 1, 10.0, protocol=xavier, grid=False)
     # row E: only its learning-rate grid so far (seed 1 at each rate)
     for lr in (0.0005, 0.001, 0.002):
-        fake_run(
-            root,
-            data,
-            "table3_e",
-            "h8-dk32-dv32-pos-learned",
-            ["model.positions=learned"],
-            1,
-            29.0,
-            phase="grid",
-            lr=lr,
-        )
+        over = ["model.positions=learned"]
+        fake_run(root, data, "table3_e", "h8-dk32-dv32-pos-learned", over, 1, 29.0, phase="grid", lr=lr)
     return root
 
 
-def test_the_page_shows_every_row_beside_the_paper(fake_root, tmp_path):
+def by_cell(rec: dict, protocol: str = R.EARLIER) -> dict:
+    return {(c["row"], c["cell"]): c for c in rec["cells"] if c["protocol"] == protocol}
+
+
+def test_the_record_holds_each_cells_verdict_its_interval_and_classes(fake_root, tmp_path):
+    from scipy.stats import ttest_ind
+
     out = tmp_path / "reports"
-    paths = T.write(fake_root, out, n_samples=100)
-    assert [p.name for p in paths] == ["table3.md", "table3.html", "table3.png"] and all(p.is_file() for p in paths)
-    md = (out / "table3.md").read_text()
-    rows = T.build(fake_root, T.read_paper(T.PAPER_CSV), n_samples=100)
-    assert rows["A"]["status"] == "not run yet" and "`make table3 ROWS=A`" in md
-    assert rows["E"]["status"] == "partial (phase 1 only)" and "only the learning-rate grid" in md
-    b = {c.label: c for c in rows["B"]["cells"]}
-    assert list(b) == ["h8-dk32-dv32", "h8-dk8-dv32", "h8-dk16-dv32"]  # the xavier run is not a cell
-    assert any("h8-dk4-dv32-s1" in n and "another protocol: model.init xavier" in w for n, w in rows["B"]["left_out"])
-    # the paper's numbers: d_k 16 at our base 32 is its d_k 32 at 64 (25.4 against 25.8), d_k 8 its 16 (25.1)
-    assert b["h8-dk16-dv32"].row["paper"]["dev_bleu"] == 25.4 and b["h8-dk8-dv32"].row["paper"]["dev_bleu"] == 25.1
-    assert b["h8-dk16-dv32"].row["paper_delta"] == pytest.approx(-0.4)
-    assert b["h8-dk16-dv32"].row["delta"] == pytest.approx(-1.0)
-    assert b["h8-dk8-dv32"].row["dppl"] == pytest.approx(-0.2)  # val PPL 12 - BLEU/10
-    j = rows["B"]["judge"]
-    assert [c.label for c in j["agree"]] == ["h8-dk16-dv32"] and [c.label for c in j["disagree"]] == ["h8-dk8-dv32"]
-    assert j["rho"] is None  # two cells: no rank correlation
-    assert "1 of 2 cells move BLEU the paper's way" in md and "h8-dk8-dv32 (ours +2.00, paper -0.7)" in md
-    assert rows["B"]["status"] == "complete"
-    assert "0.002" in md and "| 25.8 |" in md  # the chosen rate; the paper's base BLEU beside ours
-
-
-def test_the_papers_cells_we_have_not_run_are_lines_of_the_table_and_make_a_row_partial(fake_root, tmp_path):
-    """Row D with its dropout half only: the row is partial, naming the paper's cells none of ours matches, and
-    the table prints each of them in our units with the paper's numbers, as it prints a row never run."""
-    data = tmp_path / "data"
-    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
-        base = ["model.d_k=32", "model.d_v=32"]
-        fake_run(fake_root, data, "table3_d_dropout", "h8-dk32-dv32-drop0.1", base, seed, 30.0 + noise, base=True)
-        drop0 = [*base, "model.dropout=0.0"]
-        fake_run(fake_root, data, "table3_d_dropout", "h8-dk32-dv32-drop0", drop0, seed, 30.5 + noise)
-    rows = T.build(fake_root, T.read_paper(T.PAPER_CSV), n_samples=100)
-    assert rows["D"]["status"] == (
-        "partial (table3_d_smoothing not run yet; 3 of the paper's 4 cells not run yet: P_drop 0.2; eps_ls 0; "
-        "eps_ls 0.2)"
+    paths = T.write(fake_root, out)
+    assert [p.name for p in paths] == ["table3.json", "table3.md", "table3.html", "table3.png"]
+    rec = json.loads((out / "table3.json").read_text())
+    b = by_cell(rec)
+    dk16, dk8 = b[("B", "d_k 16")], b[("B", "d_k 8")]
+    assert (dk16["verdict"], dk8["verdict"]) == ("agrees", "disagrees")
+    assert dk16["paper_delta"] == pytest.approx(-0.4) and dk16["paper_effect"] == "no clear effect"
+    assert dk8["paper_effect"] == "cost" and dk8["delta"] == pytest.approx(2.0)
+    # the interval and p: scipy's Welch on the seeds, the reference the rule is stated in
+    ref = ttest_ind([31.9, 32.0, 32.1], [29.9, 30.0, 30.1], equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert dk8["interval"] == pytest.approx([ci.low, ci.high], abs=1e-4) and dk8["p"] == pytest.approx(
+        ref.pvalue, rel=1e-3
     )
-    assert [line[0] for line in rows["D"]["unrun_lines"]] == ["D"] * 3
-    assert all(len(line) == len(T.HEADER) for r in rows.values() for line in r["unrun_lines"])
-    # row C never ran: the paper's N 2, 4, 8 at its 6 are our N 1, 2, 4 at our 3; its d_model 256 our 128 (d_k 16)
-    c = rows["C"]["unrun_lines"]
-    assert [line[1] for line in c[:3]] == ["1", "2", "4"] and c[0][T.HEADER.index("paper BLEU (dev)")] == "23.7"
-    assert c[3][1:7] == ["", "128", "", "", "16", "16"] and c[0][T.HEADER.index("our val PPL")] == "not run yet"
-    assert rows["B"]["status"] == "complete" and rows["B"]["unrun_lines"] == []  # both paper cells matched
-    md = T.markdown(rows, None, "")
-    table = md[md.index("## The table") :]
-    assert table.splitlines()[4].startswith("| base |")  # the base first, as in the paper
+    # Holm over the page's two p-values (closed form: the smaller times 2, the larger at least that)
+    p16 = ttest_ind([30.2, 30.3, 30.4], [29.9, 30.0, 30.1], equal_var=False).pvalue
+    small, large = sorted((p16, ref.pvalue))
+    assert sorted((dk16["p_holm"], dk8["p_holm"])) == pytest.approx([2 * small, max(2 * small, large)], rel=1e-3)
+    assert dk8["cell_class"] == dk8["base_class"] == "not recorded" and dk8["n"] == dk8["n_base"] == 3
+    assert rec["rows"]["A"][R.EARLIER]["state"] == "not run yet"
+    assert rec["rows"]["E"][R.EARLIER]["state"] == "partial (phase 1 only)"
+    assert rec["rows"]["B"][R.EARLIER]["state"] == "complete"
+    assert any("h8-dk4-dv32-s1: another protocol: model.init xavier" in n for n in rec["rows"]["B"][R.EARLIER]["notes"])
+    # every paper cell is a line of the record under each protocol; none has run under the new start
+    assert len(by_cell(rec)) == 18 and len(by_cell(rec, R.START)) == 18
+    assert {c["verdict"] for c in by_cell(rec, R.START).values()} == {None} and rec["moved"] == []
+    # the paper's cells none of ours matches, in our units: its N 2 at 6 is our N 1 at 3
+    assert by_cell(rec)[("C", "N 1")]["state"] == "not run yet" and ("C", "d_model 128") in by_cell(rec)
+    md = (out / "table3.md").read_text()
+    assert "| B | d_k 8 | -0.7 (cost) | +2.00 [" in md and "| **disagrees** |" in md
+    assert "No cell has run under the new start yet" in md
+
+
+def test_a_cell_whose_base_ran_on_another_class_is_not_compared(tmp_path, data):
+    """Row B's cells on the EPYC, its base on the Xeon: nothing computed, the verdict says which class the base
+    ran on; a cell with seeds on both classes is compared on the base's, the others named and left out."""
+    root = tmp_path / "results"
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        fake_run(
+            root, data, "table3_b_fan_in", "h8-dk32-dv32", ["model.d_k=32"], seed, 30 + noise, base=True, machine=AMX
+        )
+        fake_run(root, data, "table3_b_fan_in", "h8-dk16-dv32", ["model.d_k=16"], seed, 29 + noise, machine=EPYC)
+        where = AMX if seed == 1 else EPYC
+        fake_run(root, data, "table3_b_fan_in", "h8-dk8-dv32", ["model.d_k=8"], seed, 29 + noise, machine=where)
+    rec = T.build(root, T.read_paper(T.PAPER_CSV))
+    b = by_cell(rec)
+    dk16, dk8 = b[("B", "d_k 16")], b[("B", "d_k 8")]
+    assert dk16["verdict"] == "not comparable" and dk16["reason"] == "base on AVX512 + AMX (bf16 units)"
+    assert dk16["cell_class"] == EPYC["cpu_class"] and dk16["base_class"] == AMX["cpu_class"]
+    assert dk16["delta"] is None and dk16["interval"] is None and dk16["p"] is None
+    assert dk8["cell_class"] == dk8["base_class"] == AMX["cpu_class"] and dk8["n"] == 1 and dk8["n_base"] == 3
+    assert dk8["left_out"] == [f"seed 2 ({EPYC['cpu_class']})", f"seed 3 ({EPYC['cpu_class']})"]
+    assert dk8["verdict"] == "inconclusive" and dk8["interval"] is None and "fewer than 2 on a side" in dk8["reason"]
+    md = TP.markdown(rec, None)
+    assert "d_k 16: **not comparable**: base on AVX512 + AMX (bf16 units)." in md
+    assert "| B | d_k 8 | -0.7 (cost) | -1.10 —, n 1/3, CPU AMX | **inconclusive** |" in md
+
+
+def test_the_new_start_is_its_own_protocol_and_the_page_lists_what_moved(fake_root, data):
+    """Row B again under the new start (gain 1/sqrt(6), sweeps <sweep>_start): each cell beside its earlier
+    verdict; d_k 8 now +0.2 (inside ±1, no longer the paper's other side: inconclusive against a cost). A run at
+    unit gain in a _start sweep is left out of it, named."""
+    row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
+    fake_run(fake_root, data, "table3_b_fan_in_start", "h8-dk16-dv32", ["model.d_k=16"], 4, 5.0)  # unit gain
+    rec = T.build(fake_root, T.read_paper(T.PAPER_CSV))
+    new = by_cell(rec, R.START)
+    assert new[("B", "d_k 16")]["verdict"] == "agrees" and new[("B", "d_k 8")]["verdict"] == "inconclusive"
+    assert new[("C", "N 4")]["state"] == "not run yet"
+    assert rec["moved"] == [{"row": "B", "cell": "d_k 8", R.EARLIER: "disagrees", R.START: "inconclusive"}]
+    assert any("another protocol: model.init_wo_gain 1" in n for n in rec["rows"]["B"][R.START]["notes"])
+    md = TP.markdown(rec, None)
+    assert "- B, d_k 8: disagrees → inconclusive" in md
+    line = next(x for x in md.splitlines() if x.startswith("| B | d_k 8 |"))
+    assert line.count("**disagrees**") == 1 and line.count("**inconclusive**") == 1
+
+
+def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_cards_own_base(fake_root, data):
+    """Row A: the CPU has only a grid run, the H200 the whole row. The record takes every cell of row A, its base
+    too, from the card, compared against the card's own base. A card's row still partial is not taken."""
+    fake_run(fake_root, data, "table3_a_fan_in", "h1-dk256-dv256", ["model.heads=1"], 1, 25.0, phase="grid")
+    fake_card_row_a(fake_root, data, {1: -0.1, 2: 0.1})
+    paper = T.read_paper(T.PAPER_CSV)
+    assert T.build(fake_root, paper)["rows"]["A"][R.EARLIER]["sweeps"] == ["table3_a_fan_in"]
+    fake_card_row_a(fake_root, data, {3: 0.0})  # the third seed finishes the card's row
+    rec = T.build(fake_root, paper)
+    a = rec["rows"]["A"][R.EARLIER]
+    assert a["sweeps"] == ["table3_a_fan_in_h200"] and a["state"] == "complete" and a["devices"] == ["bf16-mixed gpu"]
+    assert a["instead_of"] == [["table3_a_fan_in"], "partial (phase 1 only)"]
+    assert by_cell(rec)[("A", "h 1")]["delta"] == pytest.approx(-1.0)  # against the card's base (33), not 30
+    assert "Shown from the card" in " ".join(a["notes"])
+
+
+def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:
+    """Row A's cells (three of the paper's four and the base) as an H200 trained them: {seed: BLEU offset}."""
+    cells = {"h8-dk32-dv32": (8, 33.0), "h1-dk256-dv256": (1, 32.0), "h4-dk64-dv64": (4, 33.5)}
+    cells |= {"h16-dk16-dv16": (16, 31.0), "h32-dk8-dv8": (32, 28.0)}
+    h200 = {"cpu": "x", "cpu_class": "AVX2, no bf16 units", "gpu": "NVIDIA H200", "torch": "2"}
+    for seed, noise in seeds.items():
+        for label, (h, bleu) in cells.items():
+            over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
+            fake_run(root, data, "table3_a_fan_in_h200", label, over, seed, bleu + noise, base=h == 8, machine=h200)
 
 
 def test_a_missing_paper_csv_is_one_line(fake_root, tmp_path, capsys):
@@ -286,102 +353,156 @@ def test_a_missing_paper_csv_is_one_line(fake_root, tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: paper CSV") and "no.csv" in err[0]
 
 
-def cell(label, delta, paper_delta, p_seeds, base=False):
-    c = Cell(label, [])
-    c.row.update(delta=delta, paper_delta=paper_delta, p_seeds=p_seeds)
-    if base:
-        c.row["delta"] = None
-    return c
+# -- one record, rendered everywhere; one stuck rule on every page -------------------------------------------------
+
+VERDICT = r"(agrees|disagrees|inconclusive|not comparable)"
 
 
-def test_a_disagreement_inside_seed_noise_is_not_a_disagreement():
-    cells = [
-        cell("base", None, None, None, base=True),
-        cell("x", -0.5, -0.9, 0.01),  # agrees
-        cell("y", +0.3, -0.4, 0.40),  # opposite sign, Welch p 0.4: noise
-        cell("z", +1.5, -0.6, 0.001),  # opposite sign, beyond noise
-        cell("w", +0.2, 0.0, 0.5),  # the paper saw no change, neither do we
-        cell("v", +0.2, -0.2, None),  # one seed: nothing says it is beyond noise
+def answer_says(text: str, rec: dict, protocol: str) -> dict:
+    """{(row or None, cell): verdict} that a rendered answer line says for `protocol` (table3_record.answer_line's
+    words: 'agrees 1 (d_k 16); disagrees 1 (d_k 8)'), one row's line at a time."""
+    titles = [p["title"][0].upper() + p["title"][1:] for p in rec["protocols"].values()]
+    title = rec["protocols"][protocol]["title"]
+    start = text.index(title[0].upper() + title[1:] + ": ")
+    part = text[start:]
+    ends = [part.find(t, 1) for t in titles if part.find(t, 1) > 0]
+    part = part[: min(ends)] if ends else part
+    return {cell: word for word, cells in re.findall(VERDICT + r" \d+ \(([^)]*)\)", part) for cell in cells.split(", ")}
+
+
+def page_says(md: str, rec: dict) -> dict:
+    """{(row, cell, protocol): verdict} of the page's verdicts table (the bold word in each protocol's column)."""
+    out = {}
+    protocols = list(rec["protocols"])
+    for line in md.splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if len(parts) != 3 + 2 * len(protocols) or parts[0] not in "ABCDE" or not parts[0]:
+            continue
+        for i, protocol in enumerate(protocols):
+            word = re.fullmatch(r"\*\*" + VERDICT + r"\*\*", parts[4 + 2 * i])
+            out[(parts[0], parts[1], protocol)] = word.group(1) if word else None
+    return out
+
+
+def mismatches(rec: dict, page: str, answers: dict[str, str]) -> list[str]:
+    """Every place a rendered text says another verdict for a cell than reports/table3.json does. answers:
+    {row letter: the text holding that row's rendered answer line}."""
+    wrong = []
+    said = page_says(page, rec)
+    for c in rec["cells"]:
+        if c.get("paper_index") is None:
+            continue
+        key = (c["row"], c["cell"], c["protocol"])
+        if said.get(key, "absent") != c["verdict"]:
+            wrong.append(f"page: {key} says {said.get(key, 'absent')}, the record {c['verdict']}")
+        for row, text in answers.items():
+            if row == c["row"] and c["verdict"] is not None:
+                got = answer_says(text, rec, c["protocol"]).get(c["cell"])
+                if got != c["verdict"]:
+                    wrong.append(f"answer of row {row}: {key} says {got}, the record {c['verdict']}")
+    return wrong
+
+
+def row_line(text: str, question: str) -> str:
+    return next(line for line in text.splitlines() if question in line)
+
+
+QUESTIONS = [
+    {"id": "table3", "question": "Which rows hold?", "answer": "Every row.", "verdicts": "all"},
+    {"id": "row_b", "question": "Does a narrower d_k cost BLEU?", "answer": "d_k 8 +2.0.", "verdicts": "B"},
+]
+
+
+def test_the_page_index_and_readme_render_each_verdict_from_the_record(fake_root, data, tmp_path):
+    """Every verdict word the page, the index and README's answers show for a cell is table3.json's; a record
+    changed after the page was written is caught (the checker can fail)."""
+    from headsweep.reports import questions as Q
+
+    row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
+    out = tmp_path / "reports"
+    T.write(fake_root, out)
+    rec = json.loads((out / "table3.json").read_text())
+    questions = [{**q, "evidence": [{"view": "table3", "command": "c"}], "planned": []} for q in QUESTIONS]
+    readme = "\n".join(Q.readme_block(questions, out))
+    index = "\n".join(Q.index_section(questions, out))
+    page = (out / "table3.md").read_text()
+    answers = {"B": row_line(readme, "narrower d_k")}
+    assert mismatches(rec, page, answers) == []
+    assert mismatches(rec, page, {"B": row_line(index, "narrower d_k")}) == []
+    said = answer_says(answers["B"], rec, R.START)
+    assert said == {"d_k 16": "agrees", "d_k 8": "inconclusive"}
+    assert "B: agrees 1, disagrees 1" in row_line(readme, "Which rows hold?")
+    # the record changes (say a rerun turns d_k 8 around); the page written before no longer says its verdict
+    for c in rec["cells"]:
+        if (c["row"], c["cell"], c["protocol"]) == ("B", "d_k 8", R.EARLIER):
+            c["verdict"] = "agrees"
+    (out / "table3.json").write_text(json.dumps(rec))
+    readme = "\n".join(Q.readme_block(questions, out))
+    assert mismatches(rec, page, {"B": row_line(readme, "narrower d_k")}) == [
+        "page: ('B', 'd_k 8', 'earlier') says disagrees, the record agrees"
     ]
-    j = T.judge(cells)  # a cell without runs is no base: the base's row has no Δ either way
-    assert [c.label for c in j["agree"]] == ["x", "w"]
-    assert [c.label for c in j["noise"]] == ["y", "v"] and [c.label for c in j["disagree"]] == ["z"]
-    # Spearman by hand over the five cells: ranks (1, 3, 2, 5, 4) and (1, 4, 5, 2.5, 2.5)
-    assert j["rho"] == pytest.approx(0.5 / 95**0.5)
-    lines = T.verdict_lines("Q", j)
-    assert any("inside seed noise, so not a disagreement" in line and "y (ours +0.30" in line for line in lines)
 
 
-def test_a_cell_chosen_at_its_grids_edge_is_named_unless_a_worse_run_past_the_edge_brackets_it(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
-        f.write("".join(r + "\n" for r in REFS))
+SHIPPED_REPORTS = SWEEPS_DIR.parent / "reports"
+
+
+@pytest.mark.skipif(not (SHIPPED_REPORTS / "table3.json").is_file(), reason="no shipped reports/table3.json")
+def test_the_shipped_page_index_and_readme_say_table3_jsons_verdicts():
+    from headsweep.reports import questions as Q
+
+    rec = json.loads((SHIPPED_REPORTS / "table3.json").read_text())
+    index, readme = (SHIPPED_REPORTS / "index.md").read_text(), (SWEEPS_DIR.parent / "README.md").read_text()
+    rows = {q["verdicts"]: q["question"] for q in Q.load() if q.get("verdicts") not in (None, "all")}
+    assert set(rows) == set("ABCDE")  # every row's question renders its verdicts
+    page = (SHIPPED_REPORTS / "table3.md").read_text()
+    for text in (index, readme):
+        assert mismatches(rec, page, {row: row_line(text, q) for row, q in rows.items()}) == []
+
+
+def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
+    """d_k 16's seeds trained in heads_home beside a base whose early val loss is near theirs (excess 0.05-0.15);
+    table3_b_fan_in shows the same runs beside another base 0.3 lower, where its own reading would flag seeds 2
+    and 3 (0.40, 0.45 > 0.364). One rule, one reference (the run's home sweep's): neither page flags them."""
+    from headsweep.reports import build as B
+    from headsweep.reports import report as RP
+
     root = tmp_path / "results"
-    cells = {
-        "h8-dk32-dv32-pos-sinusoidal": ["model.positions=sinusoidal"],
-        "h8-dk32-dv32-pos-learned": ["model.positions=learned"],
-    }
-    for (cell, over), base in zip(cells.items(), (True, False)):
-        for lr, loss in ((0.0005, 3.0), (0.001, 2.5), (0.002, 2.3)):  # both choose 2e-3, the grid's top
-            fake_run(root, data, "table3_e", cell, over, 1, 30.0, phase="grid", lr=lr, val_loss=loss)
-        for seed in (1, 2, 3):
-            fake_run(root, data, "table3_e", cell, over, seed, 30.0 + seed / 10, base=base)
-    # the base at 4e-3, run by another sweep, did worse: its edge is bracketed; the learned cell's is open
-    fake_run(
-        root,
-        data,
-        "table3_e_edge",
-        "h8-dk32-dv32-pos-sinusoidal",
-        cells["h8-dk32-dv32-pos-sinusoidal"],
-        1,
-        20.0,
-        phase="grid",
-        lr=0.004,
-        val_loss=3.1,
-    )
-    md = T.markdown(T.build(root, T.read_paper(T.PAPER_CSV), n_samples=50), None, "")
-    row_e = md.split("### Row E")[1].split("## Figure")[0]
-    assert (
-        "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: "
-        "h8-dk32-dv32-pos-learned (0.002)" in row_e
-    )
-    assert (
-        "h8-dk32-dv32-pos-sinusoidal chose 0.002, the grid's edge, at val loss 2.300; the same experiment and "
-        "seed past that edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100)" in row_e
-    )
-
-
-def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_cards_own_base(fake_root, tmp_path):
-    """Row A: the CPU has only a grid run, the H200 the whole row. The page takes every cell of row A, its base
-    too, from the card (a row never mixes devices) and says so; the base line atop the table stays the CPU
-    rows'. A card's row still partial is not taken."""
-    data = tmp_path / "data"
-    fake_run(fake_root, data, "table3_a_fan_in", "h1-dk256-dv256", ["model.heads=1"], 1, 25.0, phase="grid")
-    card = "table3_a_fan_in_h200"
-    fake_card_row_a(fake_root, data, {1: -0.1, 2: 0.1})
-    paper = T.read_paper(T.PAPER_CSV)
-    rows = T.build(fake_root, paper, n_samples=50)
-    assert rows["A"]["sweeps"] == ["table3_a_fan_in"] and rows["A"]["status"] == "partial (phase 1 only)"
-    fake_card_row_a(fake_root, data, {3: 0.0})  # the third seed finishes the card's row
-    rows = T.build(fake_root, paper, n_samples=50)
-    a = rows["A"]
-    assert a["sweeps"] == [card] and a["status"] == "complete" and a["devices"] == ["bf16-mixed gpu"]
-    assert a["instead_of"] == (["table3_a_fan_in"], "partial (phase 1 only)")
-    delta = {c.label: c.row["delta"] for c in a["cells"] if not c.base}
-    assert delta["h1-dk256-dv256"] == pytest.approx(-1.0)  # against the card's base (33), not the CPU's (30)
-    md = T.markdown(rows, None, "")
-    table = md[md.index("## The table") :].splitlines()
-    assert table[4].startswith("| base |") and "30.00 ± 0.10" in table[4]  # row B's CPU base stays atop
-    assert table[5].startswith("| A: base on h200 |") and "33.00 ± 0.10" in table[5]
-    assert "Shown from the card: the CPU's `table3_a_fan_in` is partial (phase 1 only)" in md
-
-
-def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:
-    """Row A's five cells (the paper's four and the base) as an H200 trained them: {seed: BLEU offset}."""
-    cells = {"h8-dk32-dv32": (8, 33.0), "h1-dk256-dv256": (1, 32.0), "h4-dk64-dv64": (4, 33.5)}
-    cells |= {"h16-dk16-dv16": (16, 31.0), "h32-dk8-dv8": (32, 28.0)}
-    for seed, noise in seeds.items():
-        for label, (h, bleu) in cells.items():
-            over = [f"model.heads={h}", f"model.d_k={256 // h}", f"model.d_v={256 // h}", "trainer.accelerator=gpu"]
-            fake_run(root, data, "table3_a_fan_in_h200", label, over, seed, bleu + noise, base=h == 8)
+    grid = {"phase": "chosen", "grid": [0.0005, 0.001, 0.002], "select_on": "val/loss"}
+    for seed, early in zip((1, 2, 3), (3.40, 3.45, 3.50)):
+        fake_run(
+            root, data, "heads_home", "h8-dk32-dv32", ["model.d_k=32"], seed, 30.0 + seed / 10, base=True, early=early
+        )
+        view = fake_run(
+            root, data, "heads_home", "h8-dk16-dv32", ["model.d_k=16"], seed, 30 - seed / 10, early=early + 0.1
+        )
+        store.show(view.resolve(), root / "table3_b_fan_in" / view.name, ["cell-h8-dk16-dv32"], lr_select=grid)
+    for seed, early in zip((4, 5, 6), (3.10, 3.15, 3.20)):
+        fake_run(
+            root,
+            data,
+            "table3_b_fan_in",
+            "h8-dk32-dv32",
+            ["model.d_k=32"],
+            seed,
+            30.0 + seed / 10,
+            base=True,
+            early=early,
+        )
+    pool = RP.early_pool(root)
+    flags = {}
+    for sweep in ("heads_home", "table3_b_fan_in"):
+        runs, _ = RP.load_runs(root / sweep, sweep)
+        cells = RP.group_cells(runs)
+        RP.stuck_runs(cells, root, None, pool)
+        flags[sweep] = {c.label: c.row["stuck_seeds"] for c in cells}
+        if sweep == "table3_b_fan_in":  # its own reading, the reference this page alone would use
+            RP.stuck_runs(cells, root, None, {**pool, "early": {}})
+            assert {c.label: c.row["stuck_seeds"] for c in cells}["h8-dk16-dv32"] == [2, 3]
+    assert flags["heads_home"]["h8-dk16-dv32"] == flags["table3_b_fan_in"]["h8-dk16-dv32"] == []
+    rec = T.build(root, T.read_paper(T.PAPER_CSV), pool=pool)
+    assert by_cell(rec)[("B", "d_k 16")]["stuck_seeds"] == []
+    # and the sweep pages as `make report` writes them: no stuck run on either
+    assert B.main(["--sweep", "all", "--root", str(root), "--out", str(tmp_path / "reports"), "--samples", "20"]) == 0
+    for sweep in ("heads_home", "table3_b_fan_in"):
+        md = (tmp_path / "reports" / f"{sweep}.md").read_text()
+        assert "- No run is stuck: every checked run's excess is at most 0.364" in md, sweep

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if not names:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
         questions = Q.load(root=args.root)  # checked before any page is written
-        pool = None if threshold is not None else report.early_pool(args.root)  # once for every sweep
+        # once for every page: the threshold, and each run's one Early (a run is flagged alike on every page)
+        pool = report.early_pool(args.root)
         spread = seed_spread(args.root)
         paths = sweep_pages(
             names,
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             every=args.sweep == "all",
         )
         if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.table3)
-            paths += write_table3(args.root, args.out, n_samples=args.samples)
+            paths += write_table3(args.root, args.out, pool=pool)
         paths += write_index(args.out, args.root, questions)
         if args.readme is not None and Q.write_readme(args.readme, questions):
             paths.append(args.readme)

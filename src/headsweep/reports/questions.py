@@ -2,7 +2,9 @@
 the index's first screen (each question, its current answer, its page, the earlier evidence under it with why
 it was replaced), the banner atop a superseded page, the question block atop every page, and README.md's
 answers block. A number lives in the questions file only; every other place is rendered from it, so the
-index, the banners and the README cannot disagree.
+index, the banners and the README cannot disagree. A question with `verdicts:` (all, or one row A-E) gets Table 3's
+verdicts after its answer wherever it is shown, rendered from reports/table3.json (table3_record.answer_line); its
+own answer may not word a verdict, so no verdict word is written by hand.
 
     python -m headsweep.reports.questions --readme README.md [--check]
 
@@ -13,6 +15,8 @@ superseded_by, an answer longer than a README line) fails in one line (ReportErr
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +31,10 @@ from headsweep.sweeps.specs import SWEEPS_DIR, SweepError, sweep_names
 QUESTIONS = SWEEPS_DIR / "_questions.yaml"
 STATUSES = ("answered", "running", "not run yet")
 MAX_WORDS = 30  # one README line
+TABLE3_JSON = "table3.json"  # reports/table3.json: Table 3's verdicts, computed once (headsweep.reports.table3)
+VERDICT_ROWS = ("all", "A", "B", "C", "D", "E")  # a question's `verdicts:`: every row's counts, or one row's cells
+# a Table 3 verdict in words: only the line rendered from table3.json may say one
+VERDICT_WORDS = re.compile(r"\b(agree|agrees|disagree|disagrees|inconclusive|comparable|hold|holds|do not)\b", re.I)
 BEGIN, END = (
     "<!-- questions:begin (rendered by `make report` from sweeps/_questions.yaml) -->",
     "<!-- questions:end -->",
@@ -73,6 +81,14 @@ def load(path: Path = QUESTIONS, root: Path | None = None, specs_dir: Path = SWE
             raise ReportError(f"{where}: status {q.get('status')!r} is not one of {', '.join(STATUSES)}")
         if len(q["answer"].split()) > MAX_WORDS:
             raise ReportError(f"{where}: its answer has {len(q['answer'].split())} words; at most {MAX_WORDS}")
+        if q.get("verdicts") is not None:
+            if q["verdicts"] not in VERDICT_ROWS:
+                raise ReportError(f"{where}: verdicts {q['verdicts']!r} is not one of {', '.join(VERDICT_ROWS)}")
+            if said := VERDICT_WORDS.search(q["answer"]):
+                raise ReportError(
+                    f"{where}: its answer words a verdict ({said.group(0)!r}); Table 3's verdicts are rendered from "
+                    f"reports/{TABLE3_JSON} after it (`verdicts:`): write the numbers only"
+                )
         evidence = q.setdefault("evidence", []) or []
         q["evidence"] = evidence
         pages = []
@@ -110,6 +126,24 @@ def supersedes_cycle(evidence: list[dict]) -> list[str] | None:
             chain.append(here)
             here = later.get(here)
     return None
+
+
+def verdict_line(q: dict, reports: Path) -> str | None:
+    """The question's verdicts rendered from reports/table3.json; None for a question without `verdicts:`."""
+    from headsweep.reports.table3_record import answer_line  # the record's reader sits above the pages
+
+    if q.get("verdicts") is None:
+        return None
+    path = Path(reports) / TABLE3_JSON
+    if not path.is_file():
+        return f"Verdicts: reports/{TABLE3_JSON} not written yet (`make table3-report`)."
+    return answer_line(json.loads(path.read_text()), q["verdicts"])
+
+
+def answer_text(q: dict, reports: Path) -> str:
+    """The answer as every page shows it: its words, then its verdicts rendered from table3.json where it has them."""
+    line = verdict_line(q, reports)
+    return q["answer"] + (f" {line}" if line else "")
 
 
 def current(q: dict) -> list[dict]:
@@ -167,7 +201,7 @@ def index_section(questions: list[dict], out_dir: Path) -> list[str]:
         planned = [
             page_link(out_dir, name) if exists(out_dir, name) else f"`{name}` not run yet" for name in q["planned"]
         ]
-        answer = q["answer"] + (f" Planned: {', '.join(planned)}." if planned else "")
+        answer = answer_text(q, out_dir) + (f" Planned: {', '.join(planned)}." if planned else "")
         before = "<br>".join(f"{page_link(out_dir, page_of(e))}: {e['why']}" for e in earlier(q)) or "—"
         lines.append(f'| <a id="q-{q["id"]}"></a>{title}{status} | {answer} | {before} |')
     return [*lines, "", "</div>", ""]
@@ -191,7 +225,7 @@ def banner(questions: list[dict], page: str, out_dir: Path) -> list[str]:
     tail = f" (itself replaced by {page_link(out_dir, now, page)}, the current answer)" if now != later else ""
     return [
         f"> **Earlier protocol, superseded by {page_link(out_dir, later, page)}**{tail}: {e['why']}. "
-        f"The current answer: {q['answer']}",
+        f"The current answer: {answer_text(q, out_dir)}",
         "",
     ]
 
@@ -230,7 +264,7 @@ def readme_block(questions: list[dict], reports: Path = ROOT / "reports") -> lis
         main = page_of(pages[0]) if pages else None
         there = main is not None and (reports / f"{main}.md").is_file()
         link = f"[{q['question']}]({reports.name}/{main}.md)" if there else q["question"]
-        lines.append(f"| {link} | {q['answer']} |")
+        lines.append(f"| {link} | {answer_text(q, reports)} |")
     return [*lines, "", END]
 
 

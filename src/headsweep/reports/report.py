@@ -35,6 +35,7 @@ from headsweep.reports import report_convergence, report_stuck
 from headsweep.reports.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.compare import report_section
 from headsweep.reports.report_complete import incomplete
+from headsweep.reports.report_index import run_identity
 from headsweep.reports.report_lr import lr_section, split_grid_runs
 from headsweep.reports.report_plots import learning_curves, plots, seed_spread
 from headsweep.reports.report_protocol import protocol_lines, start_banner
@@ -210,26 +211,37 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
     under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed,
     early val loss and test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and
     test BLEU. Of every sweep under root, with the calibration sweeps' own pool ("calibration", the threshold's:
-    report_stuck's docstring) where root holds them all, from the same reading of their runs."""
+    report_stuck's docstring) where root holds them all, from the same reading of their runs. And "early": each
+    run's one Early (report_index.run_identity -> Early), the one every page that shows the run flags it by, so a
+    run flagged on one page is flagged on every page (stuck_runs)."""
     names = sweeps_in(root) if sweeps is None else list(sweeps)
-    entries = {sweep: sweep_early_entries(root, sweep) for sweep in names}
+    read = {sweep: sweep_early_entries(root, sweep) for sweep in names}
+    entries = {sweep: got["entries"] for sweep, got in read.items()}
     pool = pooled(entries, names)
     calibration = list(report_stuck.CALIBRATION_SWEEPS)
     if sweeps is None and all(s in entries for s in calibration):
         pool["calibration"] = pooled(entries, calibration)
+    # one reference per run: its home sweep's reading (the sweep that trained it, beside its own base at its rate),
+    # else, where the home reads it as no seed of a cell (a grid run there), the first sweep by name
+    pool["early"] = {}
+    for sweep in names:
+        for identity, (home, e) in read[sweep]["early"].items():
+            if home == sweep or identity not in pool["early"]:
+                pool["early"][identity] = e
     return pool
 
 
-def sweep_early_entries(root: Path, sweep: str) -> list[tuple[tuple, tuple[str, float, bool, float, float]]]:
-    """One sweep's pooled runs: ((seed, early loss, test BLEU), (name, excess, is a base run, early loss, BLEU))."""
+def sweep_early_entries(root: Path, sweep: str) -> dict:
+    """One sweep's pooled runs: {"entries": [((seed, early loss, test BLEU), (name, excess, is a base run, early
+    loss, BLEU))], "early": {run identity: (its home sweep, Early)}}."""
     # a learning-rate grid's runs start slowly at a small rate by design: no seeds of a cell, not pooled
     runs, grid_runs = split_grid_runs(load_runs(root / sweep, sweep)[0])
     if not runs:
-        return []
+        return {"entries": [], "early": {}}
     cells = group_cells(runs)
     refs = early_references(cells)
     early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
-    out = []
+    out, by_run = [], {}
     for c in cells:
         for r in c.runs:
             if r.dir in early:
@@ -237,7 +249,9 @@ def sweep_early_entries(root: Path, sweep: str) -> list[tuple[tuple, tuple[str, 
                 out.append(
                     ((r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c, e.loss, bleu))
                 )
-    return out
+                home = (r.results.get("shared_from") or {}).get("sweep") or sweep
+                by_run[run_identity(r)] = (home, e)
+    return {"entries": out, "early": by_run}
 
 
 def pooled(entries: dict[str, list], names: list[str]) -> dict:
@@ -537,16 +551,23 @@ def stuck_runs(
     cells: list[Cell], root: Path, threshold: float | None, pool: dict | None, grid_runs: list[Run] = ()
 ) -> dict:
     """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from the runs
-    under root (`pool`: early_pool(root), computed here when not passed; pooled_threshold). Each run against its
-    reference at its own rate where the reference has runs there (`grid_runs`: the sweep's LR grid)."""
+    under root (`pool`: early_pool(root), computed here when not passed; pooled_threshold). Each run by the pool's
+    one Early of it where the pool has it (the same flag on every page), else against its reference here at its
+    own rate where the reference has runs there (`grid_runs`: the sweep's LR grid)."""
+    # the pool also when the threshold is given: it holds each run's one Early, the reference every page uses
+    pool = pool if pool is not None else early_pool(root)
     if threshold is not None:
         chosen = report_stuck.Threshold(report_stuck.check_threshold(threshold), "given")
-        pool = pool or {}
     else:
-        pool = pool if pool is not None else early_pool(root)
         chosen = pooled_threshold(pool)
     refs = report_stuck.same_rate_references(cells, early_references(cells), list(grid_runs))
     early = report_stuck.early_losses(cells, refs)
+    # the one rule: a run the pool has read is flagged by its one Early (early_pool), whichever page this is
+    canonical = pool.get("early") or {}
+    for c in cells:
+        for r in c.runs:
+            if (e := canonical.get(run_identity(r))) is not None:
+                early[r.dir] = e
     report_stuck.flag(cells, early, chosen.value)
     pairs = pool.get("pairs") or []
     return {

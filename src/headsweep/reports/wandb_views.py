@@ -2,7 +2,7 @@
 after `make wandb-export` and `wandb sync`.
 
     python -m headsweep.reports.wandb_views [--root results] [--out wandb-export/views] [--entity E]
-        [--project headsweep-reference] [--samples 1000]
+        [--project headsweep-reference]
 
 With wandb-workspaces (W&B's library for reports and workspaces as code), one W&B Report per question of
 sweeps/_questions.yaml: its current answer, then one panel grid per evidence sweep (a runset of the sweep's runs,
@@ -41,10 +41,11 @@ import wandb_workspaces.workspaces as ws
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
-from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reports import questions as Q
 from headsweep.reports import table3 as T
 from headsweep.reports.cells import ReportError, group_cells, load_runs, varied_keys
+from headsweep.reports.table3_page import verdicts_table
+from headsweep.reports.table3_record import answer_line
 from headsweep.reports.wandb_export import finished_runs
 from headsweep.reports.wandb_save import ViewsError, connect, reachable, save, server, synced_tags
 from headsweep.sizes import comparison_config
@@ -60,12 +61,17 @@ MAX_GROUPS = 100  # W&B draws 10 runs or groups per panel unless told; a sweep h
 
 def evidence_sweeps(q: dict, table3_rows: dict | None) -> tuple[list[dict], list[dict]]:
     """(current, superseded) entries, each {"sweep" or "view", what, ...}; Table 3's view stands for the rows'
-    sweeps (those table3.build took: the CPU's, or a card's where only the card finished a row)."""
+    sweeps (those its record took: the CPU's, or a card's where only the card finished a row; the earlier
+    protocol's always, the new start's where a row has run)."""
     current = []
     for e in Q.current(q):
         if e.get("view") == "table3" and table3_rows is not None:
             current += [
-                {"sweep": s, "what": f"Table 3 row {row}"} for row, i in table3_rows.items() for s in i["sweeps"]
+                {"sweep": s, "what": f"Table 3 row {row}, {table3_rows['protocols'][p]['title']}"}
+                for p in table3_rows["protocols"]
+                for row, by in table3_rows["rows"].items()
+                if p == "earlier" or by[p]["base"]
+                for s in by[p]["sweeps"]
             ]
         else:
             current.append(e)
@@ -149,9 +155,11 @@ def sweep_grid(entity: str, project: str, sweep: str, varied: list[str]):
     )
 
 
-def answer_text(q: dict) -> str:
+def answer_text(q: dict, table3: dict | None = None) -> str:
+    """The question's answer; a Table 3 question's verdicts rendered from the record, as the index renders them."""
     status = q.get("status", "answered")
-    lines = [f"**Current answer** ({status}): {q['answer']}", ""]
+    verdicts = f" {answer_line(table3, q['verdicts'])}" if q.get("verdicts") and table3 is not None else ""
+    lines = [f"**Current answer** ({status}): {q['answer']}{verdicts}", ""]
     if q.get("discussion"):
         lines += [f"Discussed in `{q['discussion']}`.", ""]
     lines.append(
@@ -185,14 +193,14 @@ def entry_blocks(e: dict, at: Where, title: str, words: str) -> list:
     return [wr.H3(title), wr.P(words), sweep_grid(at.entity, at.project, e["sweep"], at.varied.get(e["sweep"], []))]
 
 
-def table3_block(rows: dict):
-    """The Table 3 page's own table (reports.table3.table_body): the paper's numbers beside ours."""
-    return wr.MarkdownBlock("\n".join(markdown_table(T.HEADER, T.table_body(rows))))
+def table3_block(record: dict):
+    """The Table 3 page's verdicts table, rendered from its record (reports/table3.json's content)."""
+    return wr.MarkdownBlock("\n".join(verdicts_table(record)))
 
 
 def question_report(q: dict, at: Where, table3_rows: dict | None):
     current, earlier = evidence_sweeps(q, table3_rows)
-    blocks = [wr.MarkdownBlock(answer_text(q))]
+    blocks = [wr.MarkdownBlock(answer_text(q, table3_rows))]
     if any(e.get("view") == "table3" for e in Q.current(q)) and table3_rows is not None:
         blocks += [wr.H2("Table 3 beside the paper"), table3_block(table3_rows)]
     blocks.append(wr.H2("Current evidence"))
@@ -305,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("wandb-export/views"))
     parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY", ""), help="default: the key's own")
     parser.add_argument("--project", default=PROJECT, help="the project `wandb sync` put the runs in")
-    parser.add_argument("--samples", type=int, default=1000, help="Table 3's paired bootstrap resamples")
+    parser.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)  # accepted; Table 3 uses none
     parser.add_argument("--questions", type=Path, default=Q.QUESTIONS)
     args = parser.parse_args(argv)
     hint = f"`make wandb-export`, then `wandb sync --project {args.project} wandb-export/wandb/offline-run-*`"
@@ -317,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         if not counts:
             raise ViewsError([f"no finished runs under {args.root}: nothing to show"])
         table3 = any(e.get("view") == "table3" for q in questions for e in q["evidence"])
-        rows = T.build(args.root, T.read_paper(T.PAPER_CSV), n_samples=args.samples) if table3 else None
+        rows = T.build(args.root, T.read_paper(T.PAPER_CSV)) if table3 else None
         if problems := missing_runs(questions, rows, counts, f"under {args.root}"):
             raise ViewsError(problems)
         online = keyed and reachable(server())  # never a wait on wandb.ai without a key to use it with
