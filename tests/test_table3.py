@@ -132,6 +132,9 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     run = store.store_dir(root, store.experiment_key(config))
+    if store.read_record(run) is not None:  # the same experiment again: the store shows its one run
+        store.show(run, root / sweep / name, tags)
+        return root / sweep / name
     (run / "hypotheses").mkdir(parents=True)
     hyps = [r if (i + seed + len(cell)) % 3 else r.replace("a ", "the ", 1) for i, r in enumerate(REFS)]
     (run / "hypotheses" / "test.beam.en").write_text("".join(h + "\n" for h in hyps))

@@ -37,12 +37,10 @@ def reference_settings(by_protocol: dict) -> dict:
         for info in rows.values():
             if info.get("base") is not None:
                 return settings(info["base"].runs[0].flat)
-    from omegaconf import OmegaConf
-
     from headsweep.config import compose
     from headsweep.store import flatten_config
 
-    return settings(flatten_config(OmegaConf.create(OmegaConf.to_container(compose([]), resolve=True))))
+    return settings(flatten_config(compose([])))
 
 
 def stuck_words(info: dict) -> str:
