@@ -171,6 +171,11 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
     )
     config = OmegaConf.to_container(cfg, resolve=True)
     run = store.store_dir(root, store.experiment_key(config))
+    if store.read_record(run) is not None:  # the same experiment again (seed 1 at its grid's rate): one run, a view
+        store.show(
+            run, root / sweep / name, tags, **({"lr_select": config["lr_select"]} if kw.get("grid", True) else {})
+        )
+        return root / sweep / name
     (run / "hypotheses").mkdir(parents=True)
     hyps = [r if (i + seed + len(cell)) % 3 else r.replace("a ", "the ", 1) for i, r in enumerate(REFS)]
     (run / "hypotheses" / "test.beam.en").write_text("".join(h + "\n" for h in hyps))
@@ -334,6 +339,43 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     assert a["instead_of"] == [["table3_a_fan_in"], "partial (phase 1 only)"]
     assert by_cell(rec)[("A", "h 1")]["delta"] == pytest.approx(-1.0)  # against the card's base (33), not 30
     assert "Shown from the card" in " ".join(a["notes"])
+
+
+def test_a_cell_chosen_at_its_grids_edge_is_named_unless_a_worse_run_past_the_edge_brackets_it(tmp_path, data):
+    root = tmp_path / "results"
+    cells = {
+        "h8-dk32-dv32-pos-sinusoidal": ["model.positions=sinusoidal"],
+        "h8-dk32-dv32-pos-learned": ["model.positions=learned"],
+    }
+    for (cell, over), base in zip(cells.items(), (True, False)):
+        for lr, loss in ((0.0005, 3.0), (0.001, 2.5), (0.002, 2.3)):  # both choose 2e-3, the grid's top
+            fake_run(root, data, "table3_e", cell, over, 1, 30.0, phase="grid", lr=lr, val_loss=loss)
+        for seed in (1, 2, 3):
+            fake_run(root, data, "table3_e", cell, over, seed, 30.0 + seed / 10, base=base)
+    # the base at 4e-3, run by another sweep, did worse: its edge is bracketed; the learned cell's is open
+    sinusoidal = cells["h8-dk32-dv32-pos-sinusoidal"]
+    fake_run(
+        root,
+        data,
+        "table3_e_edge",
+        "h8-dk32-dv32-pos-sinusoidal",
+        sinusoidal,
+        1,
+        20.0,
+        phase="grid",
+        lr=0.004,
+        val_loss=3.1,
+    )
+    md = TP.markdown(T.build(root, T.read_paper(T.PAPER_CSV)), None)
+    row_e = md.split("### Row E")[1].split("## New start")[0]
+    assert (
+        "**At the grid's edge: 1 of 2 cells** chose the smallest or the largest rate tried: "
+        "h8-dk32-dv32-pos-learned (0.002)" in row_e
+    )
+    assert (
+        "h8-dk32-dv32-pos-sinusoidal chose 0.002, the grid's edge, at val loss 2.300; the same experiment and "
+        "seed past that edge, run by another sweep in results/, did worse: 0.004 (val loss 3.100)" in row_e
+    )
 
 
 def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:

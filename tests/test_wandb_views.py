@@ -61,7 +61,7 @@ def test_each_shipped_question_has_a_report_of_its_sweeps_grouped_by_cell(tmp_pa
     root = tmp_path / "results"
     root.mkdir()
     questions = Q.load(root=root)  # the shipped file
-    rows = T.build(root, T.read_paper(T.PAPER_CSV), n_samples=10)  # no runs here: every row's sweeps still named
+    rows = T.build(root, T.read_paper(T.PAPER_CSV))  # no runs here: every row's sweeps still named
     synced = Counter(s for names in V.sweeps_of(questions, rows).values() for s in names)  # every sweep synced
     V.write_specs(V.build(questions, root, V.Where("ent", "proj", {}, synced, "in ent/proj"), rows), tmp_path / "views")
     specs = read_specs(tmp_path / "views")
@@ -175,15 +175,16 @@ def test_offline_it_writes_every_spec_and_says_nothing_was_uploaded(
     check_grid(earlier, "table3_b", "me", "p")
     axes = [c["accessor"] for p in current["panelBankSectionConfig"]["panels"] for c in p["config"].get("columns", [])]
     assert "config:model.value.d_k" in axes
-    # Table 3: a table block with the paper's numbers beside ours; a runset per row sweep that has runs, the
-    # others named
+    # Table 3: the page's verdicts table (the paper's Δ beside ours, from its record); a runset per row sweep that
+    # has runs, the others named
     assert [g["runSets"][0]["name"] for g in grids(specs["table3"])] == ["table3_b_fan_in"]
     assert any(f"No runs of it under {fake_root}: not shown" in text(b) for b in blocks(specs["table3"]))
-    (table,) = [text(b) for b in blocks(specs["table3"]) if b["type"] == "markdown-block" and "paper BLEU" in text(b)]
-    line = {cells.split("|")[1].strip(): cells for cells in table.splitlines() if "± 0.14 (n=2)" in cells}
-    # d_k 16 at our d_model 256 is the paper's d_k 32 at 512: dev BLEU 25.4 against its base's 25.8
-    assert "| 25.4 |" in line["B"] and "29.00 ± 0.14 (n=2)" in line["B"]
-    assert "| 25.8 |" in line["base"] and "30.00 ± 0.14 (n=2)" in line["base"]
+    (table,) = [text(b) for b in blocks(specs["table3"]) if b["type"] == "markdown-block" and "paper Δ BLEU" in text(b)]
+    lines = table.splitlines()
+    # d_k 16 at our d_model 256 is the paper's d_k 32 at 512: dev BLEU 25.4 against its base's 25.8, -0.4
+    (dk16,) = [x for x in lines if x.startswith("| B | d_k 16 | -0.4 (no clear effect) | -1.00 [")]
+    assert "n 2/2" in dk16 and "**inconclusive**" in dk16
+    assert any(x.startswith("| B | d_k 8 |") and "not run yet" in x for x in lines)
     # a view-only question: its page and command, no runset
     assert grids(specs["lengths"]) == [] and any("make lengths" in text(b) for b in blocks(specs["lengths"]))
 
@@ -258,7 +259,7 @@ def test_online_a_missing_project_or_one_without_a_questions_runs_is_one_line(fa
     synced = synced_tags(api, "me", "p", "sync them")
     assert synced["table3_b"] == 2
     questions = Q.load(questions_file, root=fake_root)
-    rows = T.build(fake_root, T.read_paper(T.PAPER_CSV), n_samples=10)
+    rows = T.build(fake_root, T.read_paper(T.PAPER_CSV))
     # row B's superseded sweep was synced, none of Table 3's rows was
     rows_sweeps = ", ".join(s for names in ROWS.values() for s in names)
     assert V.missing_runs(questions, rows, synced, "in me/p") == [

@@ -49,7 +49,7 @@ def side_text(c: dict | None) -> str:
     if c is None or c["verdict"] is None:
         return NOT_RUN if c is None else c["state"]
     if c.get("delta") is None:
-        return f"{f(c.get('mean'))} BLEU, {classes_text(c)}"
+        return f"{f(c.get('all_mean'))} BLEU, {classes_text(c)}"
     return f"{c['delta']:+.2f} {interval_text(c['interval'])}, n {c['n']}/{c['n_base']}, {classes_text(c)}"
 
 
@@ -89,8 +89,8 @@ HEADER = [
     "paper PPL (dev)",
     "paper BLEU (dev)",
     "paper params ×10⁶",
-    "our val PPL",
-    "our test BLEU",
+    "our val PPL (every seed)",
+    "our test BLEU (every seed)",
     "our params ×10⁶",
     "Δ PPL paper / ours",
     "Δ BLEU paper / ours",
@@ -109,16 +109,17 @@ def wide_row(c: dict, ref: dict, label: str) -> list[str]:
     if c["verdict"] is None:
         return [label, *setting_strings(c["settings"], ref), f(p.get("dev_ppl")), f(p.get("dev_bleu"), "{:.1f}"),
                 f(p.get("params_M"), "{:.0f}"), c["state"], *[""] * (len(HEADER) - 5)]  # fmt: skip
+    # the cell as trained (every seed); its Δs are the compared seeds' (one machine class, the verdict's)
     dppl = None if c.get("val_ppl") is None or c.get("base_val_ppl") is None else c["val_ppl"] - c["base_val_ppl"]
-    sd = f" ± {c['sd']:.2f}" if c.get("sd") is not None else ""
+    sd = f" ± {c['all_sd']:.2f}" if c.get("all_sd") is not None else ""
     return [
         label,
         *setting_strings(c["settings"], ref),
         f(p.get("dev_ppl")),
         f(p.get("dev_bleu"), "{:.1f}"),
         f(p.get("params_M"), "{:.0f}"),
-        f(c.get("val_ppl")),
-        f"{f(c.get('mean'))}{sd} (n={c['seeds']})",
+        f(c.get("all_val_ppl")),
+        f"{f(c.get('all_mean'))}{sd} (n={c['seeds']})",
         f(c.get("params_M"), "{:.1f}"),
         f"{f(c.get('paper_dppl'), '{:+.2f}')} / {f(dppl, '{:+.2f}')}",
         f"{f(c.get('paper_delta'), '{:+.1f}')} / {f(c.get('delta'), '{:+.2f}')}",

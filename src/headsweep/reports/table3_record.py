@@ -37,13 +37,10 @@ def reference_settings(by_protocol: dict) -> dict:
         for info in rows.values():
             if info.get("base") is not None:
                 return settings(info["base"].runs[0].flat)
-    from omegaconf import OmegaConf
-
     from headsweep.config import compose
     from headsweep.store import flatten_config
 
-    cfg = compose(["paths.output_dir=."])  # no Hydra run here: the run directory is a placeholder
-    return settings(flatten_config(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))))
+    return settings(flatten_config(compose([])))
 
 
 def stuck_words(info: dict) -> str:
@@ -82,8 +79,10 @@ def judged(rows: dict, paper: list[dict]) -> list[dict]:
                 "paper_effect": None if p_delta is None else V.effect(p_delta),
                 "n": None if comp is None else comp.n,
                 "n_base": None if comp is None else comp.n_base,
-                "mean": rounded(c.row["test_bleu"]) if comp is None else rounded(comp.mean),
-                "sd": rounded(c.row.get("test_bleu_sd")),
+                "mean": None if comp is None else rounded(comp.mean),  # of the compared seeds
+                "all_mean": rounded(c.row["test_bleu"]),  # of every seed, whatever its class
+                "all_sd": rounded(c.row.get("test_bleu_sd")),
+                "all_val_ppl": rounded(c.row.get("val_ppl")),
                 "base_mean": None if comp is None else rounded(comp.base_mean),
                 "delta": None if comp is None else rounded(comp.delta),
                 "interval": None if comp is None or comp.interval is None else [rounded(x) for x in comp.interval],
@@ -95,7 +94,7 @@ def judged(rows: dict, paper: list[dict]) -> list[dict]:
                 "base_class": v.base_class,
                 "left_out": [] if comp is None else comp.left_out,
                 "stuck_seeds": sorted(c.row.get("stuck_seeds") or []),
-                "val_ppl": rounded(v.val_ppl[0] if comp else c.row.get("val_ppl")),
+                "val_ppl": rounded(v.val_ppl[0]),
                 "base_val_ppl": rounded(v.val_ppl[1]),
                 "params_M": rounded(c.row.get("params_M"), 2),
                 "rate": rate_text(c),
