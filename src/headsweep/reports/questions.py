@@ -3,7 +3,7 @@ the index's first screen (each question, its current answer, its page, the earli
 it was replaced), the banner atop a superseded page, the question block atop every page, and README.md's
 answers block. A number lives in the questions file only; every other place is rendered from it, so the
 index, the banners and the README cannot disagree. A question with `verdicts:` (all, or one row A-E) gets Table 3's
-verdicts after its answer wherever it is shown, rendered from reports/table3.json (table3_record.answer_line); its
+verdicts after its answer wherever it is shown, rendered from reports/table3.json (table3_answers.answer_line); its
 own answer may not word a verdict, so no verdict word is written by hand.
 
     python -m headsweep.reports.questions --readme README.md [--check]
@@ -130,7 +130,7 @@ def supersedes_cycle(evidence: list[dict]) -> list[str] | None:
 
 def verdict_line(q: dict, reports: Path) -> str | None:
     """The question's verdicts rendered from reports/table3.json; None for a question without `verdicts:`."""
-    from headsweep.reports.table3_record import answer_line  # the record's reader sits above the pages
+    from headsweep.reports.table3_answers import answer_line
 
     if q.get("verdicts") is None:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from headsweep.reports import verdicts as V
 from headsweep.reports.report import settings
+from headsweep.reports.table3_answers import NOT_RUN, answer_line, counts_text  # noqa: F401 (re-exported)
 from headsweep.reports.table3_paper import (
     SETTING_COLUMNS,
     match,
@@ -17,8 +18,6 @@ from headsweep.reports.table3_paper import (
 )
 from headsweep.reports.table3_rows import EARLIER, PROTOCOLS, START, notes, rate_text
 from headsweep.sweeps.table3 import ROWS, SEEDS
-
-NOT_RUN = "not run yet"
 
 
 def rounded(x, digits: int = 4):
@@ -230,34 +229,3 @@ def moved(cells: list[dict]) -> list[dict]:
 def cell_verdict(c: dict) -> str:
     """A cell's verdict as every page words it: the verdict, or 'not run yet'."""
     return c["verdict"] or c["state"]
-
-
-def counts_text(cells: list[dict], names: bool = True) -> str:
-    """'agrees 1 (d_k 8); inconclusive 2 (h 1, h 4)': verdicts in VERDICTS order, each with its cells."""
-    parts = []
-    for word in V.VERDICTS:
-        which = [c["cell"] for c in cells if c["verdict"] == word]
-        if which:
-            parts.append(f"{word} {len(which)}" + (f" ({', '.join(which)})" if names else ""))
-    waiting = [c for c in cells if c["verdict"] is None]
-    if waiting and not parts:
-        return NOT_RUN
-    if waiting:
-        parts.append(f"{NOT_RUN} {len(waiting)}")
-    return ("; " if names else ", ").join(parts) or NOT_RUN
-
-
-def answer_line(record: dict, rows: str) -> str:
-    """A question's verdict line from reports/table3.json: rows 'all' (counts per row) or one row letter (each
-    cell by name), under each protocol. The only place a Table 3 verdict word reaches an answer."""
-    parts = []
-    for protocol, p in record["protocols"].items():
-        mine = [c for c in record["cells"] if c["protocol"] == protocol and c.get("paper_index") is not None]
-        if rows == "all" and all(c["verdict"] is None for c in mine):
-            text = NOT_RUN
-        elif rows == "all":
-            text = "; ".join(f"{r}: {counts_text([c for c in mine if c['row'] == r], names=False)}" for r in ROWS)
-        else:
-            text = counts_text([c for c in mine if c["row"] == rows])
-        parts.append(f"{p['title'][0].upper()}{p['title'][1:]}: {text}")
-    return "Verdicts (reports/table3.json). " + ". ".join(parts) + "."

@@ -44,8 +44,8 @@ from wandb_workspaces.reports.v2 import internal
 from headsweep.reports import questions as Q
 from headsweep.reports import table3 as T
 from headsweep.reports.cells import ReportError, group_cells, load_runs, varied_keys
+from headsweep.reports.table3_answers import answer_line
 from headsweep.reports.table3_page import verdicts_table
-from headsweep.reports.table3_record import answer_line
 from headsweep.reports.wandb_export import finished_runs
 from headsweep.reports.wandb_save import ViewsError, connect, reachable, save, server, synced_tags
 from headsweep.sizes import comparison_config
