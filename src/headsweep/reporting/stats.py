@@ -1,6 +1,7 @@
 """The statistics every report shares: mean ± sd over seeds, Holm's correction for several comparisons
 with one base, Welch's t-test over seeds' scores, Kendall's tau between two rankings (scipy), and ordinary
-least squares with confidence intervals (the cross-sweep fit, the budget view's interaction)."""
+least squares with confidence intervals (the cross-sweep fit, the budget view's interaction), and a paired t-interval
+(make budgets' cooldown shapes on one trunk)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def paired_interval(diffs: list[float]) -> tuple[float, float | None]:
+    """(mean of paired differences, half-width of its 95% t-interval with n - 1 degrees of freedom; None for one)."""
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return mean, None
+    return mean, float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
