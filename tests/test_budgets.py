@@ -26,7 +26,7 @@ from headsweep.store import experiment_key, flat_key
 from headsweep.sweeps import budgets as B
 from headsweep.sweeps import launch as L
 from headsweep.sweeps import planning as P
-from headsweep.sweeps.budget_plan import budget_steps, parse_budgets, plan_budgets
+from headsweep.sweeps.budget_plan import budget_steps, chosen_rate, parse_budgets, plan_budgets
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError
 from headsweep.training.branch import check_branch
@@ -418,3 +418,20 @@ def test_make_budgets_end_to_end_through_the_launcher(tmp_path, capsys):
         [sys.executable, "-m", "headsweep.sweeps.budgets", *argv, "--dry"], capture_output=True, text=True
     )
     assert result.returncode == 0 and " to run " not in result.stdout, result.stdout
+
+
+def test_each_cell_trains_at_the_rate_its_sweep_chose(tmp_path):
+    """The chosen-rate record of the sweep's runs; before it, the choice its finished grid runs make; else none."""
+    results = tmp_path / "results"
+
+    def stored(name: str, lr: float, phase: str, loss: float, seed: int = 1) -> None:
+        select = f"lr_select={{phase:{phase},grid:[0.001,0.002],select_on:'val/loss'}}"
+        config = _config(["model.heads=2", f"module.peak_lr={lr}", f"seed={seed}", select])
+        stored_run(results / "src" / name, {"status": "complete", "config": config, "metrics": {"val/loss": loss}})
+
+    stored("c-lr0.001-s1", 0.001, "grid", 2.5)
+    assert chosen_rate(results, "src", "c", [1]) is None  # the grid's 2e-3 has not finished
+    stored("c-lr0.002-s1", 0.002, "grid", 2.3)
+    assert chosen_rate(results, "src", "c", [1]) == (0.002, "src: its grid 0.001,0.002 of seed 1, by final val/loss")
+    stored("c-s2", 0.001, "chosen", 2.4, seed=2)  # a chosen-rate run's record wins (for the test, another rate)
+    assert chosen_rate(results, "src", "c", [1, 2]) == (0.001, "src/c-s2")

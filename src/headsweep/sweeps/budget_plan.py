@@ -19,7 +19,7 @@ import torch
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
 from headsweep.store import as_seen, experiment_key, flat_key, read_record, settings_diff
-from headsweep.sweeps import planning
+from headsweep.sweeps import lr_select, planning
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
@@ -130,16 +130,30 @@ def scaled_time(max_time, steps: int, base_steps: int) -> str | None:
 
 
 def chosen_rate(results: Path | None, source: str, cell: str, seeds: list[int]) -> tuple[float, str] | None:
-    """(the peak rate the sweep chose for the cell, the run that records it) from the lr_select record of the
-    cell's finished runs in results/<source>/, None where it has none (a sweep without a grid, or not run)."""
+    """(the peak rate the sweep chose for the cell, where that is recorded): the lr_select record of the cell's
+    finished runs in results/<source>/; else, where the cell's grid runs have all finished but its chosen-rate runs
+    have not, the rate their losses choose (lr_select.choose, as make sweep LR_GRID= will); None where neither is
+    there (a sweep without a grid, or not run)."""
+    if results is None:
+        return None
     for seed in seeds:
-        view = (results / source / f"{cell}-s{seed}") if results is not None else None
-        if view is None or not is_complete(view):
+        view = results / source / f"{cell}-s{seed}"
+        if not is_complete(view):
             continue
         config = as_seen(read_record(view), source, view.name)["config"]
         if (config.get("lr_select") or {}).get("phase") == "chosen":
             return float(config["module"]["peak_lr"]), f"{source}/{view.name}"
-    return None
+    grid, losses = lr_select.recorded_grid(results / source, cell, seeds[0]), {}
+    for v in grid:
+        view = results / source / lr_select.grid_job_name(cell, v, seeds[0])
+        loss = read_record(view).metrics.get(lr_select.SELECT_ON) if is_complete(view) else None
+        if loss is None:
+            return None
+        losses[v] = math.inf if math.isnan(loss) else float(loss)
+    if not losses:
+        return None
+    rates = ",".join(map(lr_select.lr_text, grid))
+    return lr_select.choose(losses), f"{source}: its grid {rates} of seed {seeds[0]}, by final val/loss"
 
 
 def source_pins(source: str, results: Path | None, asked: list[str]) -> list[str]:

@@ -16,12 +16,12 @@ default; docs/schedule.md), several at once to compare them on the same trunks (
 
 Planned like `make sweep` (planning.plan: the spec's cells, SEEDS, the checks, the store, GPU packing) under the name
 <sweep>_budgets (multirun/ and results/), jobs <cell>-trunk-s<seed> and <cell>-<k>x-<shape>-s<seed>. Each cell trains
-at the rate its sweep chose (the lr_select record of its finished runs in results/<sweep>/), else the config's;
-ARGS=module.peak_lr=<v> sets one for every cell. Every trunk and branch is a run of the store with its own key (a
-branch's counts its trunk's key and its step: it never mixes with a linear-decay run); its results.json names the
-schedule, the budget and the trunk (config.budgets). Phase 1 runs the trunks, phase 2 the branches of every finished
-trunk; each finished run is exported to results/ like a sweep job, and a rerun resumes a killed trunk or branch from
-its checkpoint and skips what is done.
+at the rate its sweep chose (the lr_select record of its finished runs in results/<sweep>/, else the choice of its
+finished grid runs), else the config's; ARGS=module.peak_lr=<v> sets one for every cell. Every trunk and branch is a
+run of the store with its own key (a branch's counts its trunk's key and its step: it never mixes with a linear-decay
+run); its results.json names the schedule, the budget and the trunk (config.budgets). Phase 1 runs the trunks, phase
+2 the branches of every finished trunk; each finished run is exported to results/ like a sweep job, and a rerun
+resumes a killed trunk or branch from its checkpoint and skips what is done.
 """
 
 from __future__ import annotations
