@@ -218,7 +218,7 @@ TINY = tiny_overrides(None)
 
 def spec_dir(tmp_path: Path) -> Path:
     specs = tmp_path / "specs"
-    specs.mkdir(exist_ok=True)
+    specs.mkdir(parents=True, exist_ok=True)
     (specs / "tiny.yaml").write_text("method: grid\nparameters:\n  model.heads:\n    values: [2, 4]\n")
     return specs
 
@@ -435,3 +435,63 @@ def test_each_cell_trains_at_the_rate_its_sweep_chose(tmp_path):
     assert chosen_rate(results, "src", "c", [1]) == (0.002, "src: its grid 0.001,0.002 of seed 1, by final val/loss")
     stored("c-s2", 0.001, "chosen", 2.4, seed=2)  # a chosen-rate run's record wins (for the test, another rate)
     assert chosen_rate(results, "src", "c", [1, 2]) == (0.001, "src/c-s2")
+
+
+GAIN = "0.4082482904638631"  # 1/sqrt(6): the residual outputs' chosen starting scale
+
+
+def test_the_residual_init_gains_reach_every_trunk_and_branch_and_their_keys(tmp_path):
+    """Trunks under the chosen start (ARGS=model.init_wo_gain=.. model.init_ff2_gain=..): each job composes with the
+    gains, and every key (and the trunk key a branch names) differs from the unit-gain plan's."""
+    unit = tiny_plan(tmp_path / "unit")
+    small = tiny_plan(tmp_path / "small", f"model.init_wo_gain={GAIN}", f"model.init_ff2_gain={GAIN}")
+    assert [j.name for j in small.branches.jobs] == [j.name for j in unit.branches.jobs]
+    for name, key in small.keys.items():
+        assert key != unit.keys[name], name
+        assert small.flats[name]["model.init_wo_gain"] == small.flats[name]["model.init_ff2_gain"] == float(GAIN)
+    branch = small.branches.jobs[0]
+    assert B._record(branch)["trunk"] == small.keys[small.trunk_of[branch.name].name] != unit.keys[branch.name]
+    files = replace(small.trunks, dir=tmp_path / "jobs")
+    L.write_jobs(files, [branch])
+    search = f"hydra.searchpath=[file://{(files.dir / '.jobs').resolve()}]"
+    cfg = compose([*files.common, search, f"+{L.JOB_GROUP}={branch.name}", "paths.output_dir=/tmp/x"])
+    assert cfg.model.init_wo_gain == cfg.model.init_ff2_gain == float(GAIN)
+    assert experiment_key(OmegaConf.to_container(cfg, resolve=True)) == small.keys[branch.name]
+
+
+def test_the_plan_note_keeps_every_command_s_trunks_and_branches(tmp_path):
+    """The base at 3 seeds and the other cells at 1 are two commands: the note the page reads lists both."""
+    B.write_note(tiny_plan(tmp_path, only=["h2-*"]))
+    B.write_note(tiny_plan(tmp_path, only=["h4-*"]))
+    note = json.loads((tmp_path / "results" / "tiny_budgets" / ".budgets.json").read_text())
+    planned = note["planned"]
+    assert sorted(n for n, j in planned.items() if j["role"] == "trunk") == [
+        "h2-dk16-dv16-trunk-s1",
+        "h4-dk8-dv8-trunk-s1",
+    ]
+    assert planned["h4-dk8-dv8-2x-sqrt-s1"] == {
+        "role": "branch",
+        "base": False,
+        "trunk": "h4-dk8-dv8-trunk-s1",
+        "budget": 2,
+    }
+    assert planned["h2-dk16-dv16-1x-sqrt-s1"]["base"] is True and len(planned) == 2 + 2 * 2
+
+
+def test_a_rate_chosen_under_other_settings_is_not_borrowed(tmp_path):
+    """The source sweep's chosen rate counts only for its own settings: trunks under the smaller start (ARGS gains)
+    do not take the rate a unit-gain sweep chose; the plan says why and keeps the config's."""
+    linear = P.plan("tiny", 1, TINY, specs_dir=spec_dir(tmp_path), root=tmp_path / "mr", results=None)
+    job = next(j for j in linear.jobs if j.cell == "h2-dk16-dv16")
+    select = "lr_select={phase:chosen,grid:[0.001,0.002],select_on:'val/loss'}"
+    config = _config([*linear.common, *job.overrides, "module.peak_lr=0.001", select])
+    stored_run(tmp_path / "results" / "tiny" / job.name, {"status": "complete", "config": config, "metrics": {}})
+    assert tiny_plan(tmp_path).rates["h2-dk16-dv16"] == (0.001, "tiny/h2-dk16-dv16-s1")
+    bp = tiny_plan(tmp_path, f"model.init_wo_gain={GAIN}")
+    rate, why = bp.rates["h2-dk16-dv16"]
+    assert B._record(bp.trunks.jobs[0])["rate_from"] == why  # its quote survives the job's override
+    assert rate == pytest.approx(2e-3 * (256 / 32) ** 0.5)  # the config's, as no chosen rate
+    assert why == (
+        f"the config: tiny's runs of h2-dk16-dv16 trained with other settings (model.init_wo_gain: 1.0 there, {GAIN} "
+        "here): set ARGS=module.peak_lr=<v> to choose"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -156,6 +157,27 @@ def chosen_rate(results: Path | None, source: str, cell: str, seeds: list[int]) 
     return lr_select.choose(losses), f"{source}: its grid {rates} of seed {seeds[0]}, by final val/loss"
 
 
+def rate_settings_apart(results: Path | None, source: str, cell: str, flat: dict) -> str | None:
+    """Where the cell's finished runs in results/<source>/ (chosen-rate and grid runs) were trained with other
+    settings than this plan's cell (e.g. the residual outputs' gains of ARGS), a few words saying which: the rate
+    they chose is not this cell's, and the plan says so rather than borrow it. None where they match or none is
+    there."""
+    if results is None or not (results / source).is_dir():
+        return None
+    for view in sorted((results / source).glob(f"{cell}-*")):
+        if not re.fullmatch(r"(-lr[^-]+)?-s\d+", view.name[len(cell) :]):
+            continue  # another cell whose name starts with this one's
+        record = read_record(view) if is_complete(view) else None
+        if record is None:
+            continue
+        diff, theirs, ours = settings_diff(record.config, flat, record.seed)
+        if apart := [k for k in diff if k not in ("seed", "module.peak_lr")]:
+            k = apart[0]
+            there = f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here"
+            return f"{source}'s runs of {cell} trained with other settings ({there})"
+    return None
+
+
 def source_pins(source: str, results: Path | None, asked: list[str]) -> list[str]:
     """The precision and device of the sweep's own finished runs, where the command does not choose them: a
     cell's 1x branch then compares with its 1x run on one machine class."""
@@ -222,10 +244,12 @@ def plan_budgets(
         templates.setdefault(job.cell, {})[job.seed] = job
     flats = base.flats  # each cell's settings, as planning composed them
     for cell in templates:
-        found = None if asked_lr else chosen_rate(results, source, cell, seed_list)
+        apart = None if asked_lr else rate_settings_apart(results, source, cell, flats[cell])
+        found = None if asked_lr or apart else chosen_rate(results, source, cell, seed_list)
+        why = f"{apart}: set ARGS=module.peak_lr=<v> to choose" if apart else "no chosen rate"
         bp.rates[cell] = found or (
             float(flats[cell]["module.peak_lr"]),
-            "module.peak_lr on the command line" if asked_lr else "the config: no chosen rate",
+            "module.peak_lr on the command line" if asked_lr else f"the config: {why}",
         )
     any_flat = next(iter(flats.values()))
     bp.budgets = budget_steps(
@@ -276,6 +300,7 @@ def add_cell(bp: BudgetPlan, template: Job, flat: dict, finished: list) -> None:
         "cooldown": b.fraction,
         "branch_steps": b.points,
         "rate_from": rate_from,
+        "base": template.base,  # the sweep's base cell: what reports.budgets measures every cell against
     }
     trunk = job(
         f"{cell}-trunk-s{seed}",
@@ -307,6 +332,7 @@ def add_cell(bp: BudgetPlan, template: Job, flat: dict, finished: list) -> None:
                 "step": point,
                 "checkpoint": str(home / "branch_points" / f"step{point:06d}.ckpt"),
                 "rate_from": rate_from,
+                "base": template.base,
             }
             label = f"{cell}-{multiple_text(k)}x-{shape}"
             branch = job(

@@ -27,6 +27,7 @@ resumes a killed trunk or branch from its checkpoint and skips what is done.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from headsweep.config import SWEEPS_DIR
 from headsweep.sweeps import launch
 from headsweep.sweeps.budget_plan import (
+    BRANCH,
     DEFAULT_SHAPE,
+    TRUNK,
     BudgetPlan,
     check_fraction,
     multiple_text,
@@ -94,6 +97,47 @@ def check_ready(bp: BudgetPlan) -> None:
             )
 
 
+def planned_jobs(bp: BudgetPlan) -> dict[str, dict]:
+    """The selected trunks and branches by name, as the page lists what is missing: role, base, and a branch's
+    trunk and budget."""
+    out = {}
+    for j in bp.trunks.jobs:
+        if bp.trunks.selects(j):
+            out[j.name] = {"role": TRUNK, "base": j.base}
+    for j in bp.branches.jobs:
+        if bp.branches.selects(j):
+            record = _record(j)
+            out[j.name] = {
+                "role": BRANCH,
+                "base": j.base,
+                "trunk": bp.trunk_of[j.name].name,
+                "budget": record["budget"],
+            }
+    return out
+
+
+def write_note(bp: BudgetPlan) -> None:
+    """results/<name>/.budgets.json: the plan (source sweep, budgets, cooldown), and every trunk and branch any
+    run of the command selected (merged: the base with SEEDS=3 and the other cells with SEEDS=1 are two commands),
+    which reports.budgets lists as missing until its run lands."""
+    note, b = bp.results / bp.name / NOTE, bp.budgets
+    old = json.loads(note.read_text()) if note.is_file() else {}
+    write_json(
+        note,
+        {
+            "sweep": bp.name,
+            "source": bp.source,
+            "budgets": b.multiples,
+            "base_steps": b.base_steps,
+            "steps": b.steps,
+            "branch_steps": b.points,
+            "cooldown": b.fraction,
+            "shapes": b.shapes,
+            "planned": {**old.get("planned", {}), **planned_jobs(bp)},
+        },
+    )
+
+
 def run_budgets(bp: BudgetPlan, dry: bool = False, out=None) -> int:
     """Phase 1 (the trunks), then phase 2 (the branches of the finished trunks); the shapes compared where there
     are two. 0 when every selected trunk and branch is complete (or listed, with dry)."""
@@ -101,21 +145,7 @@ def run_budgets(bp: BudgetPlan, dry: bool = False, out=None) -> int:
     print("\n".join(describe(bp)), file=out)
     check_ready(bp)
     if not dry and bp.results is not None:
-        note = bp.results / bp.name / NOTE
-        b = bp.budgets
-        write_json(
-            note,
-            {
-                "sweep": bp.name,
-                "source": bp.source,
-                "budgets": b.multiples,
-                "base_steps": b.base_steps,
-                "steps": b.steps,
-                "branch_steps": b.points,
-                "cooldown": b.fraction,
-                "shapes": b.shapes,
-            },
-        )
+        write_note(bp)
     print("\nphase 1 of 2: the trunks", file=out)
     rc1 = launch.run(bp.trunks, dry, out)
     if rc1 == 130:

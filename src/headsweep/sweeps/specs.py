@@ -286,7 +286,9 @@ def record_override(key: str, record) -> str:
             return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
         if isinstance(v, float):
             return repr(v)
-        return f"'{v}'" if isinstance(v, str) else str(v)
+        if isinstance(v, str):  # quoted; a quote inside escaped (Hydra's grammar), e.g. a rate's origin "x's runs"
+            return "'" + v.replace("'", "\\'") + "'"
+        return str(v)
 
     return f"{key}={value(record)}"
 
