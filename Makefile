@@ -53,7 +53,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget budgets analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget budgets budgets-report analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -152,6 +152,9 @@ budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, 
 	$(TRAIN_PY) -m headsweep.sweeps.budgets --sweep $(SWEEP) --budgets $(BUDGETS) --cooldown $(COOLDOWN) $(if $(SHAPES),--shapes $(SHAPES)) \
 		$(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(LAUNCHER),--launcher $(LAUNCHER)) \
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
+
+budgets-report: setup  ## The budgets page: each cell against the base at every budget, tau, verdicts: make budgets-report [SWEEPS=a_budgets,b_budgets]
+	$(PY) -m headsweep.reports.budgets --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
