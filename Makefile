@@ -148,10 +148,10 @@ budget: SWEEP = heads_budget_2x
 budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
 	$(PY) -m headsweep.reports.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
 
-budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, cooldown branches from its checkpoints: make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt,linear DRY=1 ONLY=.. SEEDS=3 JOBS=2 NAME=..]
+budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, cooldown branches from its checkpoints: make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt,linear FROM=<sweep> DRY=1 ONLY=.. SEEDS=3 JOBS=2 NAME=..]
 	$(TRAIN_PY) -m headsweep.sweeps.budgets --sweep $(SWEEP) --budgets $(BUDGETS) --cooldown $(COOLDOWN) $(if $(SHAPES),--shapes $(SHAPES)) \
 		$(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(LAUNCHER),--launcher $(LAUNCHER)) \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') $(if $(FROM),--from $(FROM)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
 
 budgets-report: setup  ## The budgets page: each cell against the base at every budget, tau, verdicts: make budgets-report [SWEEPS=a_budgets,b_budgets]
 	$(PY) -m headsweep.reports.budgets --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)

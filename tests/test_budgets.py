@@ -26,7 +26,8 @@ from headsweep.store import experiment_key, flat_key
 from headsweep.sweeps import budgets as B
 from headsweep.sweeps import launch as L
 from headsweep.sweeps import planning as P
-from headsweep.sweeps.budget_plan import budget_steps, chosen_rate, parse_budgets, plan_budgets
+from headsweep.sweeps.budget_plan import budget_steps, parse_budgets, plan_budgets
+from headsweep.sweeps.budget_rates import chosen_rate
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError
 from headsweep.training.branch import check_branch
@@ -223,7 +224,7 @@ def spec_dir(tmp_path: Path) -> Path:
     return specs
 
 
-def tiny_plan(tmp_path, *extra, budgets=(1, 2), shapes=("sqrt",), only=()):
+def tiny_plan(tmp_path, *extra, budgets=(1, 2), shapes=("sqrt",), only=(), runs_from=None):
     return plan_budgets(
         "tiny",
         1,
@@ -235,6 +236,7 @@ def tiny_plan(tmp_path, *extra, budgets=(1, 2), shapes=("sqrt",), only=()):
         specs_dir=spec_dir(tmp_path),
         root=tmp_path / "mr",
         only=list(only),
+        runs_from=runs_from,
     )
 
 
@@ -263,6 +265,7 @@ def test_budgets_steps_and_branch_points():
         (["--shapes", "cosine"], "SHAPES=cosine: each cooldown shape is one of linear, sqrt"),
         (["module.schedule=wsd"], "override module.schedule=wsd: make budgets sets it"),
         (["--only", "h3-*"], "--only 'h3-*' matches none of tiny_budgets's trunks and branches"),
+        (["--from", "tiny_start"], "FROM=tiny_start: "),
     ],
 )
 def test_bad_input_stops_in_one_line_and_starts_nothing(tmp_path, capsys, monkeypatch, args, message):
@@ -437,14 +440,16 @@ def test_each_cell_trains_at_the_rate_its_sweep_chose(tmp_path):
     assert chosen_rate(results, "src", "c", [1, 2]) == (0.001, "src/c-s2")
 
 
-GAIN = "0.4082482904638631"  # 1/sqrt(6): the residual outputs' chosen starting scale
+GAIN = "0.4082482904638631"  # 1/sqrt(6): the residual outputs' chosen starting scale, the model's default
+UNIT = ("model.init_wo_gain=1.0", "model.init_ff2_gain=1.0")  # the start every row was first measured under
 
 
 def test_the_residual_init_gains_reach_every_trunk_and_branch_and_their_keys(tmp_path):
-    """Trunks under the chosen start (ARGS=model.init_wo_gain=.. model.init_ff2_gain=..): each job composes with the
-    gains, and every key (and the trunk key a branch names) differs from the unit-gain plan's."""
-    unit = tiny_plan(tmp_path / "unit")
+    """Trunks under the chosen start (the default, or ARGS=model.init_wo_gain=.. model.init_ff2_gain=..): each job
+    composes with the gains, and every key (and the trunk key a branch names) differs from the unit-gain plan's."""
+    unit = tiny_plan(tmp_path / "unit", *UNIT)
     small = tiny_plan(tmp_path / "small", f"model.init_wo_gain={GAIN}", f"model.init_ff2_gain={GAIN}")
+    assert tiny_plan(tmp_path / "default").keys == small.keys  # the chosen start is the default
     assert [j.name for j in small.branches.jobs] == [j.name for j in unit.branches.jobs]
     for name, key in small.keys.items():
         assert key != unit.keys[name], name
@@ -479,19 +484,27 @@ def test_the_plan_note_keeps_every_command_s_trunks_and_branches(tmp_path):
 
 
 def test_a_rate_chosen_under_other_settings_is_not_borrowed(tmp_path):
-    """The source sweep's chosen rate counts only for its own settings: trunks under the smaller start (ARGS gains)
-    do not take the rate a unit-gain sweep chose; the plan says why and keeps the config's."""
+    """The source sweep's chosen rate counts only for its own settings: trunks under the chosen start do not take
+    the rate a unit-gain sweep chose; the plan says why and keeps the config's. FROM= names the same cells' sweep
+    at the plan's settings, whose rate it takes."""
     linear = P.plan("tiny", 1, TINY, specs_dir=spec_dir(tmp_path), root=tmp_path / "mr", results=None)
     job = next(j for j in linear.jobs if j.cell == "h2-dk16-dv16")
     select = "lr_select={phase:chosen,grid:[0.001,0.002],select_on:'val/loss'}"
-    config = _config([*linear.common, *job.overrides, "module.peak_lr=0.001", select])
-    stored_run(tmp_path / "results" / "tiny" / job.name, {"status": "complete", "config": config, "metrics": {}})
-    assert tiny_plan(tmp_path).rates["h2-dk16-dv16"] == (0.001, "tiny/h2-dk16-dv16-s1")
-    bp = tiny_plan(tmp_path, f"model.init_wo_gain={GAIN}")
+
+    def stored(sweep: str, lr: float, *more: str) -> None:
+        config = _config([*linear.common, *job.overrides, f"module.peak_lr={lr}", select, *more])
+        stored_run(tmp_path / "results" / sweep / job.name, {"status": "complete", "config": config, "metrics": {}})
+
+    stored("tiny", 0.001, *UNIT)
+    assert tiny_plan(tmp_path, *UNIT).rates["h2-dk16-dv16"] == (0.001, "tiny/h2-dk16-dv16-s1")
+    bp = tiny_plan(tmp_path)  # the default start
     rate, why = bp.rates["h2-dk16-dv16"]
-    assert B._record(bp.trunks.jobs[0])["rate_from"] == why  # its quote survives the job's override
     assert rate == pytest.approx(2e-3 * (256 / 32) ** 0.5)  # the config's, as no chosen rate
     assert why == (
-        f"the config: tiny's runs of h2-dk16-dv16 trained with other settings (model.init_wo_gain: 1.0 there, {GAIN} "
+        f"the config: tiny's runs of h2-dk16-dv16 trained with other settings (model.init_ff2_gain: 1.0 there, {GAIN} "
         "here): set ARGS=module.peak_lr=<v> to choose"
     )
+    assert B._record(bp.trunks.jobs[0])["rate_from"] == why  # its quote survives the job's override
+    stored("tiny_start", 0.004)
+    bp = tiny_plan(tmp_path, runs_from="tiny_start")
+    assert bp.rates["h2-dk16-dv16"] == (0.004, "tiny_start/h2-dk16-dv16-s1") and bp.runs_from == "tiny_start"

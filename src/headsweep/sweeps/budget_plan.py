@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,12 +18,13 @@ import torch
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
-from headsweep.store import as_seen, experiment_key, flat_key, read_record, settings_diff
-from headsweep.sweeps import lr_select, planning
+from headsweep.store import experiment_key, flat_key, read_record, settings_diff
+from headsweep.sweeps import planning
+from headsweep.sweeps.budget_rates import chosen_rate, rate_settings_apart, source_pins
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
-from headsweep.sweeps.sweep_settings import finished_values, shared_overrides
+from headsweep.sweeps.sweep_settings import shared_overrides
 from headsweep.training.checks import ConfigError, max_time_seconds
 from headsweep.training.runs import is_complete, read_results
 from headsweep.training.schedules import COOLDOWNS, cooldown_start
@@ -130,68 +130,6 @@ def scaled_time(max_time, steps: int, base_steps: int) -> str | None:
     return f"{s // 86400:02d}:{s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def chosen_rate(results: Path | None, source: str, cell: str, seeds: list[int]) -> tuple[float, str] | None:
-    """(the peak rate the sweep chose for the cell, where that is recorded): the lr_select record of the cell's
-    finished runs in results/<source>/; else, where the cell's grid runs have all finished but its chosen-rate runs
-    have not, the rate their losses choose (lr_select.choose, as make sweep LR_GRID= will); None where neither is
-    there (a sweep without a grid, or not run)."""
-    if results is None:
-        return None
-    for seed in seeds:
-        view = results / source / f"{cell}-s{seed}"
-        if not is_complete(view):
-            continue
-        config = as_seen(read_record(view), source, view.name)["config"]
-        if (config.get("lr_select") or {}).get("phase") == "chosen":
-            return float(config["module"]["peak_lr"]), f"{source}/{view.name}"
-    grid, losses = lr_select.recorded_grid(results / source, cell, seeds[0]), {}
-    for v in grid:
-        view = results / source / lr_select.grid_job_name(cell, v, seeds[0])
-        loss = read_record(view).metrics.get(lr_select.SELECT_ON) if is_complete(view) else None
-        if loss is None:
-            return None
-        losses[v] = math.inf if math.isnan(loss) else float(loss)
-    if not losses:
-        return None
-    rates = ",".join(map(lr_select.lr_text, grid))
-    return lr_select.choose(losses), f"{source}: its grid {rates} of seed {seeds[0]}, by final val/loss"
-
-
-def rate_settings_apart(results: Path | None, source: str, cell: str, flat: dict) -> str | None:
-    """Where the cell's finished runs in results/<source>/ (chosen-rate and grid runs) were trained with other
-    settings than this plan's cell (e.g. the residual outputs' gains of ARGS), a few words saying which: the rate
-    they chose is not this cell's, and the plan says so rather than borrow it. None where they match or none is
-    there."""
-    if results is None or not (results / source).is_dir():
-        return None
-    for view in sorted((results / source).glob(f"{cell}-*")):
-        if not re.fullmatch(r"(-lr[^-]+)?-s\d+", view.name[len(cell) :]):
-            continue  # another cell whose name starts with this one's
-        record = read_record(view) if is_complete(view) else None
-        if record is None:
-            continue
-        diff, theirs, ours = settings_diff(record.config, flat, record.seed)
-        if apart := [k for k in diff if k not in ("seed", "module.peak_lr")]:
-            k = apart[0]
-            there = f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here"
-            return f"{source}'s runs of {cell} trained with other settings ({there})"
-    return None
-
-
-def source_pins(source: str, results: Path | None, asked: list[str]) -> list[str]:
-    """The precision and device of the sweep's own finished runs, where the command does not choose them: a
-    cell's 1x branch then compares with its 1x run on one machine class."""
-    if results is None:
-        return []
-    keys = {o.lstrip("+~").split("=", 1)[0] for o in asked}
-    found = finished_values(results / source)
-    return [
-        f"{key}={next(iter(values))}"
-        for key, values in found.items()
-        if len(values) == 1 and key not in keys and "trainer" not in keys
-    ]
-
-
 @dataclass
 class BudgetPlan:
     name: str  # the budgets sweep (multirun/<name>, results/<name>)
@@ -204,6 +142,7 @@ class BudgetPlan:
     flats: dict[str, dict]  # job name -> its experiment settings (find_reuse's, the run-directory checks')
     rates: dict[str, tuple[float, str]]  # cell -> (peak rate, where it comes from)
     results: Path | None
+    runs_from: str = ""  # the sweep whose finished runs gave the rates, precision and device (FROM=; source's)
 
 
 def plan_budgets(
@@ -218,17 +157,23 @@ def plan_budgets(
     name_as: str | None = None,
     specs_dir: Path = SWEEPS_DIR,
     only: list[str] = (),
+    runs_from: str | None = None,
     **plan_kwargs,
 ) -> BudgetPlan:
-    """Every trunk and branch of `source`'s cells, checked; nothing runs (budgets.run_budgets runs them)."""
+    """Every trunk and branch of `source`'s cells, checked; nothing runs (budgets.run_budgets runs them). Each
+    cell's rate, precision and device come from the finished runs of results/<runs_from>/ (FROM=, e.g. the sweep of
+    the same spec at the chosen start, table3_c_start), by default results/<source>/."""
     fraction, name = check_fraction(fraction), name_as or f"{source}_budgets"
+    origin = runs_from or source
+    if runs_from and results is not None and not (results / runs_from).is_dir():
+        raise SweepError(f"FROM={runs_from}: {results / runs_from} does not exist; name a sweep of {source}'s cells")
     if own := [o for o in extra if o.lstrip("+~").split("=", 1)[0].startswith(OWN_KEYS)]:
         raise SweepError(
             f"override {own[0]}: make budgets sets it on every trunk and branch (COOLDOWN=, SHAPES=); drop it"
         )
     spec, _ = load_spec(source, specs_dir)
     constants, _ = split_parameters(spec)
-    pins = source_pins(source, results, [*constants, *extra])
+    pins = source_pins(origin, results, [*constants, *extra])
     pins += shared_overrides(name, results, [*constants, *extra, *pins])
     base = planning.plan(source, seeds, [*extra, *pins], specs_dir=specs_dir, results=None, name_as=name, **plan_kwargs)
     asked_lr = next((o.split("=", 1)[1] for o in extra if o.split("=", 1)[0] == "module.peak_lr"), None)
@@ -238,14 +183,14 @@ def plan_budgets(
     common = [o for o in base.common if not o.lstrip("+~").split("=", 1)[0].startswith(JOB_KEYS)]
     trunks = replace(base, jobs=[], only=list(only), common=common)
     branches = replace(base, jobs=[], only=list(only), common=common)
-    bp = BudgetPlan(name, source, None, trunks, branches, {}, {}, {}, {}, results)
+    bp = BudgetPlan(name, source, None, trunks, branches, {}, {}, {}, {}, results, origin)
     templates = {}
     for job in base.jobs:
         templates.setdefault(job.cell, {})[job.seed] = job
     flats = base.flats  # each cell's settings, as planning composed them
     for cell in templates:
-        apart = None if asked_lr else rate_settings_apart(results, source, cell, flats[cell])
-        found = None if asked_lr or apart else chosen_rate(results, source, cell, seed_list)
+        apart = None if asked_lr else rate_settings_apart(results, origin, cell, flats[cell])
+        found = None if asked_lr or apart else chosen_rate(results, origin, cell, seed_list)
         why = f"{apart}: set ARGS=module.peak_lr=<v> to choose" if apart else "no chosen rate"
         bp.rates[cell] = found or (
             float(flats[cell]["module.peak_lr"]),

@@ -1,8 +1,8 @@
 """Verdicts across budgets (issue 68): one warmup-stable-decay trunk per cell and seed, read at several budgets.
 
-    make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt DRY=1 ONLY=.. SEEDS=3 JOBS=2 NAME=..]
+    make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt FROM=.. DRY=1 ONLY=.. SEEDS=3 JOBS=2]
     python -m headsweep.sweeps.budgets --sweep table3_a_fan_in --budgets 1,2,4 [--cooldown 0.2] [--shapes sqrt,linear]
-        [--seeds N] [--only globs] [--jobs N] [--name NAME] [--budget ablation] [--dry] [hydra overrides]
+        [--from SWEEP] [--seeds N] [--only globs] [--jobs N] [--name NAME] [--budget ablation] [--dry] [overrides]
 
 A trunk trains a cell at its peak rate after warm-up (module.schedule=constant) up to where the longest budget's
 cooldown starts, keeping the whole training state there and where each shorter budget's cooldown starts
@@ -17,7 +17,9 @@ default; docs/schedule.md), several at once to compare them on the same trunks (
 Planned like `make sweep` (planning.plan: the spec's cells, SEEDS, the checks, the store, GPU packing) under the name
 <sweep>_budgets (multirun/ and results/), jobs <cell>-trunk-s<seed> and <cell>-<k>x-<shape>-s<seed>. Each cell trains
 at the rate its sweep chose (the lr_select record of its finished runs in results/<sweep>/, else the choice of its
-finished grid runs), else the config's; ARGS=module.peak_lr=<v> sets one for every cell. Every trunk and branch is a
+finished grid runs), else the config's; ARGS=module.peak_lr=<v> sets one for every cell. FROM=<sweep> reads the rates
+(and precision and device) from another sweep of the same cells, e.g. table3_c_start (the chosen start); a rate chosen
+under other settings than the plan's (unit gains) is not borrowed, and the plan says so. Every trunk and branch is a
 run of the store with its own key (a branch's counts its trunk's key and its step: it never mixes with a linear-decay
 run); its results.json names the schedule, the budget and the trunk (config.budgets). Phase 1 runs the trunks, phase
 2 the branches of every finished trunk; each finished run is exported to results/ like a sweep job, and a rerun
@@ -62,6 +64,8 @@ def describe(bp: BudgetPlan) -> list[str]:
         f"{b.fraction:.0%} ({', '.join(b.shapes)}) from a trunk of {b.trunk_steps} steps at the peak rate that keeps "
         f"its checkpoints after {', '.join(map(str, b.points))} steps",
     ]
+    if bp.runs_from != bp.source:
+        lines.append(f"  rates, precision and device read from the runs of {bp.runs_from} (FROM=)")
     lines += [f"  {cell}: peak rate {rate:g} ({origin})" for cell, (rate, origin) in bp.rates.items()]
     return lines
 
@@ -127,6 +131,7 @@ def write_note(bp: BudgetPlan) -> None:
         {
             "sweep": bp.name,
             "source": bp.source,
+            "runs_from": bp.runs_from,
             "budgets": b.multiples,
             "base_steps": b.base_steps,
             "steps": b.steps,
@@ -172,6 +177,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--budgets", default="1,2,4", help="multiples of the sweep's budget, increasing (1,2,4)")
     parser.add_argument("--cooldown", type=float, default=0.2, help="the share of each budget that cools down (0.2)")
     parser.add_argument("--shapes", default=DEFAULT_SHAPE, help=f"cooldown shapes: sqrt, linear ({DEFAULT_SHAPE})")
+    parser.add_argument(
+        "--from", dest="runs_from", default=None, help="the sweep whose runs give rates (default --sweep)"
+    )
     parser.add_argument("--name", default=None, help="the budgets sweep's name (default <sweep>_budgets)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 1..N of every cell (default: the spec's)")
     parser.add_argument("--budget", default="ablation", help="the conf/budget the multiples are of (ablation)")
@@ -204,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             name_as=args.name,
             specs_dir=args.specs,
             only=[g.strip() for g in args.only.split(",") if g.strip()],
+            runs_from=args.runs_from,
             budget=args.budget,
             launcher=args.launcher,
             root=args.root,
