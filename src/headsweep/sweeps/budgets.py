@@ -158,7 +158,7 @@ def run_budgets(bp: BudgetPlan, dry: bool = False, out=None) -> int:
     later = waiting(bp)
     branches = replace(bp.branches, jobs=[j for j in bp.branches.jobs if j not in later])
     print("\nphase 2 of 2: the branches of every finished trunk", file=out)
-    for j in later:
+    for j in (j for j in later if bp.branches.selects(j)):  # ONLY= leaves the others out of the list too
         print(f"  waits   {j.name}  {' '.join(j.overrides)}  (after {bp.trunk_of[j.name].name})", file=out)
     rc2 = launch.run(branches, dry, out) if branches.jobs else 0
     if rc2 == 130:
