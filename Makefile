@@ -36,6 +36,10 @@ RESUME ?=
 SWEEPS ?=
 # make budget: sweeps holding the same cells at the ablation budget, preferred first (empty: its default list)
 AGAINST ?=
+# make budgets: the budgets as multiples of BUDGET's steps, each one's share that cools down, the cooldown shape(s)
+BUDGETS ?= 1,2,4
+COOLDOWN ?= 0.2
+SHAPES ?=
 
 # The training targets' allocator: glibc's malloc fragments under variable-length batches (a CPU job's resident
 # memory grew to 6-10 GB; docs/notes/2026-11-28-memory.md), jemalloc held it near 2 GB. Preloaded where installed
@@ -49,7 +53,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget budgets budgets-report analyze prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -143,6 +147,14 @@ lengths: setup  ## Narrow heads vs sentence length (low-rank bottleneck?): make 
 budget: SWEEP = heads_budget_2x
 budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
 	$(PY) -m headsweep.reports.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
+
+budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, cooldown branches from its checkpoints: make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt,linear FROM=<sweep> DRY=1 ONLY=.. SEEDS=3 JOBS=2 NAME=..]
+	$(TRAIN_PY) -m headsweep.sweeps.budgets --sweep $(SWEEP) --budgets $(BUDGETS) --cooldown $(COOLDOWN) $(if $(SHAPES),--shapes $(SHAPES)) \
+		$(if $(NAME),--name $(NAME)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(LAUNCHER),--launcher $(LAUNCHER)) \
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') $(if $(FROM),--from $(FROM)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
+
+budgets-report: setup  ## The budgets page: each cell against the base at every budget, tau, verdicts: make budgets-report [SWEEPS=a_budgets,b_budgets]
+	$(PY) -m headsweep.reports.budgets --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]

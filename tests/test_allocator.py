@@ -13,6 +13,7 @@ TRAINING = {
     "smoke": "-m headsweep.train experiment=smoke",
     "sweep": "-m headsweep.sweeps.sweep",
     "table3": "-m headsweep.sweeps.table3",
+    "budgets": "-m headsweep.sweeps.budgets",
 }
 
 

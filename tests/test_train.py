@@ -176,7 +176,7 @@ def test_tiny_run_records_the_machine_it_trained_on(tiny_run):
             ["trainer.max_steps=-1", "trainer.max_time=null"],
             "module.schedule=linear decays to zero at the end of the budget",
         ),
-        (["module.schedule=step"], "module.schedule must be one of linear, cosine, wsd, inverse_sqrt"),
+        (["module.schedule=step"], "module.schedule must be one of linear, cosine, wsd, constant, inverse_sqrt"),
     ],
 )
 def test_budget_that_cannot_fit_fails_before_data(overrides, message):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 import pytorch_lightning as pl
+import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
@@ -376,6 +377,9 @@ class TranslationDataModule(pl.LightningDataModule):
             collate_fn=collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            # Each iterator draws its base seed from here, not from torch's global RNG, which then feeds dropout
+            # alone: a resumed run (or a budgets branch) draws the uninterrupted run's masks (issue 68)
+            generator=torch.Generator().manual_seed(self.seed),
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -385,12 +389,12 @@ class TranslationDataModule(pl.LightningDataModule):
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         loader = self.dataloader(self.train_split, shuffle=True, rank=rank, world_size=world)
         if trainer is not None and trainer.global_step > 0:
-            # Resumed from a checkpoint (Lightning restores the loops before asking for this loader, and
-            # iterates it once before it sets the epoch): continue the interrupted epoch's own batch order
-            # after the batches already trained on, so the run sees the data an uninterrupted one would.
-            sampler = loader.batch_sampler
-            sampler.set_epoch(trainer.current_epoch)
-            sampler.skip = max(trainer.global_step - trainer.current_epoch * len(sampler), 0)
+            # Resumed from a checkpoint: continue the interrupted epoch's own batch order after the batches
+            # already trained on, as an uninterrupted run would. Every epoch has len(sampler) batches, so the step
+            # says where; trainer.current_epoch does not after a checkpoint of an epoch's last batch (issue 68).
+            sampler, n = loader.batch_sampler, len(loader.batch_sampler)
+            sampler.set_epoch(trainer.global_step // n)
+            sampler.skip = trainer.global_step % n
         return loader
 
     def val_dataloader(self) -> DataLoader:

@@ -1,6 +1,8 @@
 """The statistics every report shares: mean ± sd over seeds, Holm's correction for several comparisons
 with one base, Welch's t-test over seeds' scores, Kendall's tau between two rankings (scipy), and ordinary
-least squares with confidence intervals (the cross-sweep fit, the budget view's interaction)."""
+least squares with confidence intervals (the cross-sweep fit, the budget view's interaction), a paired t-interval
+(make budgets' cooldown shapes on one trunk) and the difference of two cells' means over seeds with its interval
+(reports.budgets)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,40 @@ def mean_sd(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def paired_interval(diffs: list[float]) -> tuple[float, float | None]:
+    """(mean of paired differences, half-width of its 95% t-interval with n - 1 degrees of freedom; None for one)."""
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return mean, None
+    return mean, float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
+
+
+def difference_interval(base: list[float], cell: list[float]) -> dict:
+    """cell mean - base mean over seeds with a 95% interval and two-sided p: {diff, lo, hi, p, method}.
+    Welch's t (scipy) where both have 2+ seeds; where the cell has one seed, its spread is taken to be the base's
+    (t with n_base - 1 degrees of freedom, standard error sd_base * sqrt(1 + 1/n_base)): a budgets cell trains
+    one seed, the base three. No interval (lo, hi, p None) without 2+ seeds of the base, or where the spread is 0."""
+    diff = statistics.fmean(cell) - statistics.fmean(base)
+    out = {"diff": diff, "lo": None, "hi": None, "p": None, "method": None}
+    if len(base) < 2 or not cell:
+        return out
+    if len(cell) >= 2:
+        if statistics.stdev(cell) == 0 and statistics.stdev(base) == 0:
+            return out
+        test = ttest_ind(cell, base, equal_var=False)
+        ci = test.confidence_interval(0.95)
+        lo, hi, p, method = float(ci.low), float(ci.high), float(test.pvalue), "Welch"
+    else:
+        se, dof = statistics.stdev(base) * math.sqrt(1 + 1 / len(base)), len(base) - 1
+        if se == 0:
+            return out
+        half = float(stats.t.ppf(0.975, dof)) * se
+        lo, hi, p, method = diff - half, diff + half, float(2 * stats.t.sf(abs(diff) / se, dof)), "base spread"
+    if not all(math.isfinite(v) for v in (lo, hi, p)):  # no spread on either side: nothing to test against
+        return out
+    return {**out, "lo": lo, "hi": hi, "p": p, "method": method}
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:

@@ -1,5 +1,5 @@
 """reports/index.html and its twin index.md: a link to every sweep's report, every view across sweeps
-(explain, lengths, budget) and every prune report (reports/prune-*/, rendered to prune.html beside its
+(explain, lengths, budget, budgets) and every prune report (reports/prune-*/, rendered to prune.html beside its
 prune.md), each of which links back, and one table of every experiment (report_index: each run counted
 once), sortable and filterable in the page itself. Markdown links markdown (GitHub renders the twins);
 the pages link pages. Built from the reports' own <sweep>.json files (what `make report` last found in each
@@ -120,6 +120,7 @@ VIEWS = (
     ("explain.md", "heads or head width? BLEU against d_k across sweeps", "make explain"),
     ("lengths.md", "narrow heads against sentence length", "make lengths"),
     ("*-budget.md", "the gaps to the base at 1x and 2x the steps", "make budget"),
+    ("budgets.md", "each cell against the base at 1x, 2x and 4x the steps, one trunk per cell", "make budgets-report"),
 )
 
 

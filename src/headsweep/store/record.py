@@ -30,6 +30,8 @@ SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the stor
 # What makes two runs the same experiment (and the same outputs: the analysis after training counts);
 # paths, loggers, threads, launcher and names may differ.
 # The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ).
+# A cooldown branch of `make budgets` counts the trunk it continues (its key) and the step it leaves it at: a branch
+# is never another run's experiment, whatever its schedule (the rest of the budgets record is not identity).
 EXPERIMENT_KEYS = (
     "model.",
     "module.",
@@ -39,6 +41,8 @@ EXPERIMENT_KEYS = (
     "trainer.accelerator",
     "average_last",
     "analysis",
+    "budgets.trunk",
+    "budgets.step",
 )
 # Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")
@@ -74,6 +78,8 @@ ADDED_SETTINGS = {
     "model.init_ff2_gain": 1.0,
     # issue 70: one sentence pair per example
     "data.join": 1,
+    # issue 68: wsd decayed linearly
+    "module.cooldown": "linear",
 }
 # Settings added at a default that trains what was trained before them: left out of the identity at that value,
 # so every run recorded before them keeps its key (and results/runs/<key>/), while any other value is another
@@ -85,6 +91,7 @@ NEUTRAL_SETTINGS = {
     "model.init_wo_gain": 1.0,
     "model.init_ff2_gain": 1.0,
     "data.join": 1,
+    "module.cooldown": "linear",
 }
 
 

@@ -54,6 +54,7 @@ class Sweep:
     only: list[str] = field(default_factory=list)  # globs on job names (--only); empty: every job
     on_gpu: bool = False  # its jobs train with trainer=gpu
     spec: str = ""  # the spec (or <spec>_<variant>) it was planned from; its name when NAME= is not given
+    flats: dict[str, dict] = field(default_factory=dict)  # cell -> its composed flat settings (planning.compose_cell)
 
     def selects(self, job: Job) -> bool:
         return not self.only or any(fnmatch.fnmatchcase(job.name, g) for g in self.only)

@@ -41,7 +41,7 @@ from headsweep.store import as_seen, read_record, write_record
 from headsweep.sweeps import launch, planning
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
-from headsweep.sweeps.specs import SweepError, load_spec, split_parameters
+from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
 from headsweep.sweeps.sweep_settings import shared_overrides
 from headsweep.training.runs import RESULTS, is_complete, read_results
 
@@ -128,19 +128,7 @@ def lr_record(phase: str, grid: list[float], **more) -> dict:
 
 def _override(record: dict) -> str:
     """The record as one Hydra dict override (the job file turns it into config)."""
-
-    def value(v):
-        if v is None:
-            return "null"
-        if isinstance(v, list):
-            return "[" + ",".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
-        if isinstance(v, float):
-            return repr(v)
-        return f"'{v}'" if isinstance(v, str) else str(v)
-
-    return f"lr_select={value(record)}"
+    return record_override("lr_select", record)
 
 
 def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, record: dict, grid_run: bool) -> Job:

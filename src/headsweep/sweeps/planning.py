@@ -153,6 +153,7 @@ def plan(
             print("\n".join(["First steps:", *update_check_table(labels, flats, steps, update_margin)]), flush=True)
 
     sweep = Sweep(name, path, root / name, common, threads=threads, only=list(only), on_gpu=on_gpu, spec=spec_name)
+    sweep.flats = {label: c[0] for label, c in zip(labels, composed)}
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
     for seed in seed_list:  # seed-major: a half-done sweep already has every cell once
         for i, (cell, label, (flat, tags, analysis, plain, _)) in enumerate(zip(cells, labels, composed)):

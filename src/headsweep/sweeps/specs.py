@@ -273,6 +273,26 @@ def format_value(value) -> str:
     return str(value)
 
 
+def record_override(key: str, record) -> str:
+    """A record (dicts, lists, numbers, strings, null) as one Hydra override `key=value`, e.g. lr_select={..}
+    (the job file turns it into config: launch.job_config)."""
+
+    def value(v):
+        if v is None:
+            return "null"
+        if isinstance(v, list | tuple):
+            return "[" + ",".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{k}:{value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, float):
+            return repr(v)
+        if isinstance(v, str):  # quoted; a quote inside escaped (Hydra's grammar), e.g. a rate's origin "x's runs"
+            return "'" + v.replace("'", "\\'") + "'"
+        return str(v)
+
+    return f"{key}={value(record)}"
+
+
 def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
     """(constant overrides, grid cells): a cell is one override per `values` parameter (the seed apart: it
     makes the jobs of a cell); the first cell, made of every parameter's first value, is the base.

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytorch_lightning as pl
 
 from headsweep.analysis.redundancy import head_similarity
-from headsweep.schema import choice, flag, integer, nullable, text
+from headsweep.schema import choice, flag, integer, items, nullable, text
 
 # What each setting of conf/callbacks/ may hold (training.schema checks them before any data is read, with
 # the checkpoint interval and count against the training budget and checkpoint averaging).
@@ -29,6 +30,11 @@ CHECKPOINT_SETTINGS = {
 LR_MONITOR_SETTINGS = {
     "_target_": text(),
     "logging_interval": nullable(choice("step", "epoch")),
+}
+BRANCH_POINTS_SETTINGS = {
+    "_target_": text(),
+    "steps": items(integer(1, 10**8), fix="e.g. callbacks.branch_points.steps=[920,1840,3680], or [] for none"),
+    "dirpath": text(),
 }
 HEAD_SIMILARITY_SETTINGS = {
     "_target_": text(),
@@ -52,6 +58,33 @@ class FinalStepCheckpoint(pl.callbacks.ModelCheckpoint):
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
         super().on_train_end(trainer, pl_module)
+
+
+class BranchPoints(pl.Callback):
+    """The whole training state (weights, optimizer, schedule, loop counters, data position, RNG) after each of
+    `steps` optimizer steps, in dirpath/step<step>.ckpt, kept for good: ModelCheckpoint rotates its own files
+    only, never these. A `make budgets` trunk saves them where each budget's cooldown starts; its branches
+    continue from them (headsweep.training.branch). A trunk resumed after a kill saves those it had not reached;
+    one already written (by this run, before the kill) is kept."""
+
+    def __init__(self, steps=(), dirpath: str = "branch_points"):
+        self.steps = sorted({int(s) for s in steps})
+        self.dirpath = Path(dirpath)
+        self.todo: set[int] = set()
+
+    def path(self, step: int) -> Path:
+        return self.dirpath / f"step{step:06d}.ckpt"
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module) -> None:
+        # decided once, before any rank writes: trainer.save_checkpoint waits for every rank
+        self.todo = {s for s in self.steps if not self.path(s).is_file()}
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # after the optimizer and scheduler stepped, as ModelCheckpoint's step checkpoints: a resume from here
+        # continues onto the uninterrupted run (tests/test_resume.py); every rank calls it, rank 0 writes
+        if trainer.global_step in self.todo:
+            self.todo.discard(trainer.global_step)
+            trainer.save_checkpoint(self.path(trainer.global_step))
 
 
 class HeadSimilarity(pl.Callback):

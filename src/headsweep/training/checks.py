@@ -59,6 +59,7 @@ def check_config(cfg: DictConfig) -> None:
             m.get("decay_by", "steps_or_time"),
             m.get("lr_scaling", "none"),
             OmegaConf.to_container(m.lr_base, resolve=True) if m.get("lr_base") is not None else None,
+            m.get("cooldown", "linear"),
         )
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -146,6 +147,12 @@ def check_intervals(cfg: DictConfig) -> None:
                 "the data is loaded if an epoch is shorter: set trainer.check_val_every_n_epoch=null "
                 "(count across epochs, as budget=ablation does)"
             )
+    points = ((cfg.get("callbacks") or {}).get("branch_points") or {}).get("steps") or []
+    if max_steps is not None and (beyond := [p for p in points if p > max_steps]):
+        raise ConfigError(
+            f"callbacks.branch_points.steps: step {beyond[0]} is beyond trainer.max_steps={max_steps}, where "
+            f"training ends; keep branch points at most {max_steps}"
+        )
     if ckpt is None:
         return
     steps, epochs = ckpt.get("every_n_train_steps") or 0, ckpt.get("every_n_epochs") or 0
@@ -232,7 +239,7 @@ def check_budget(cfg: DictConfig) -> None:
     max_steps = t.max_steps if t.max_steps and t.max_steps > 0 else None
     max_time = max_time_seconds(t.get("max_time"))
     schedule = m.get("schedule", "linear")  # one of SCHEDULES: check_settings has run
-    if schedule != "inverse_sqrt" and max_steps is None and max_time is None:
+    if schedule not in ("inverse_sqrt", "constant") and max_steps is None and max_time is None:
         raise ConfigError(
             f"module.schedule={schedule} decays to zero at the end of the budget, but there is none: "
             "set trainer.max_steps or trainer.max_time, or use module.schedule=inverse_sqrt"

@@ -13,7 +13,14 @@ from headsweep.model import Transformer, TransformerConfig, count_parameters
 from headsweep.model.losses import linear_cross_entropy
 from headsweep.model.lr_scaling import SCALINGS, check_scaling, lr_factors, param_groups
 from headsweep.schema import choice, integer, items, mapping, nullable, number, share, text
-from headsweep.training.schedules import DECAY_BY, SCHEDULES, budget_progress, lr_factor, schedule_progress
+from headsweep.training.schedules import (
+    COOLDOWNS,
+    DECAY_BY,
+    SCHEDULES,
+    budget_progress,
+    lr_factor,
+    schedule_progress,
+)
 from headsweep.training.translate import corpus_scores, translate
 
 # What each setting of conf/module/ may hold (training.schema checks them all before any data is read;
@@ -26,6 +33,7 @@ MODULE_SETTINGS = {
     "warmup_steps": integer(1, 10**7, fix="e.g. module.warmup_steps=300"),
     "schedule": choice(*SCHEDULES),
     "decay_fraction": number(0.0, 1.0, lo_open=True, fix="e.g. module.decay_fraction=0.25"),
+    "cooldown": choice(*COOLDOWNS, fix="e.g. module.cooldown=sqrt (wsd's decay as 1 - sqrt(t))"),
     "betas": items(share(), length=2, fix="e.g. module.betas=[0.9,0.98] (the paper's Adam betas)"),
     "eps": number(0.0, 1.0, lo_open=True, fix="e.g. module.eps=1e-9 (the paper's)"),
     "weight_decay": number(0.0, 1.0),
@@ -52,11 +60,16 @@ def check_settings(
     decay_by: str = "steps_or_time",
     lr_scaling: str = "none",
     lr_base: dict | None = None,
+    cooldown: str = "linear",
 ) -> None:
     """The module's settings that cannot work, as one line naming the key (checks.check_config calls it
     before any data is read)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"module.schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if cooldown not in COOLDOWNS:
+        raise ValueError(
+            f"module.cooldown={cooldown!r}: wsd's decay is linear (1 - t) or sqrt (1 - sqrt(t), Hägele et al. 2024)"
+        )
     if decay_by not in DECAY_BY:
         raise ValueError(
             f"module.decay_by={decay_by!r}: use steps (the learning rate follows the step alone; the "
@@ -88,10 +101,11 @@ def train_time(trainer: pl.Trainer) -> tuple[float | None, float | None]:
 
 class TranslationModule(pl.LightningModule):
     """Trains `Transformer` with label-smoothed cross-entropy and Adam: linear warm-up to `peak_lr`, then
-    `schedule` (headsweep.training.schedules: linear, cosine or wsd decay to zero at the end of the budget,
-    or the paper's inverse square root). The end of the budget is trainer.max_steps or trainer.max_time, whichever
-    comes first (decay_by="steps_or_time"), or trainer.max_steps alone (decay_by="steps", the sweep budgets: the
-    rate is a function of the step on any machine, and the time cap only stops training).
+    `schedule` (headsweep.training.schedules: linear, cosine or wsd decay to zero at the end of the budget, wsd's
+    decay shaped by `cooldown`; constant, a trunk that never decays; or the paper's inverse square root). The end of
+    the budget is trainer.max_steps or trainer.max_time, whichever comes first (decay_by="steps_or_time"), or
+    trainer.max_steps alone (decay_by="steps", the sweep budgets: the rate is a function of the step on any machine,
+    and the time cap only stops training).
 
     The defaults are conf/module/translation.yaml's for the default model (tests/test_train.py holds them
     equal); conf also scales peak_lr with the width (d_model^-0.5, 2e-3 at d_model 256), which a number
@@ -130,11 +144,21 @@ class TranslationModule(pl.LightningModule):
         decay_by: str = "steps_or_time",
         lr_scaling: str = "none",
         lr_base: dict | None = None,
+        cooldown: str = "linear",
     ):
         super().__init__()
         lr_base = None if lr_base is None else dict(lr_base)
         check_settings(
-            label_smoothing, schedule, decay_fraction, eval_every, l0_lambda, gate_lr, decay_by, lr_scaling, lr_base
+            label_smoothing,
+            schedule,
+            decay_fraction,
+            eval_every,
+            l0_lambda,
+            gate_lr,
+            decay_by,
+            lr_scaling,
+            lr_base,
+            cooldown,
         )
         # Not sent to the loggers: they get the resolved config, and tokenizer_json is ~0.7 MB of text.
         self.save_hyperparameters(logger=False)
@@ -200,7 +224,15 @@ class TranslationModule(pl.LightningModule):
 
         def factor(done: int) -> float:  # the rate of step done + 1; a plain function: not saved in checkpoints
             progress = self.schedule_progress(done)
-            return lr_factor(hp.schedule, done + 1, hp.warmup_steps, progress, warmup_progress, hp.decay_fraction)
+            return lr_factor(
+                hp.schedule,
+                done + 1,
+                hp.warmup_steps,
+                progress,
+                warmup_progress,
+                hp.decay_fraction,
+                hp.get("cooldown", "linear"),
+            )
 
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -16,7 +16,12 @@ from headsweep.analysis.settings import ANALYSIS_SETTINGS
 from headsweep.data.datamodule import DATA_SETTINGS
 from headsweep.model.transformer import MODEL_SETTINGS
 from headsweep.schema import Setting, choice, either, flag, integer, items, mapping, nullable, number, share, text
-from headsweep.training.callbacks import CHECKPOINT_SETTINGS, HEAD_SIMILARITY_SETTINGS, LR_MONITOR_SETTINGS
+from headsweep.training.callbacks import (
+    BRANCH_POINTS_SETTINGS,
+    CHECKPOINT_SETTINGS,
+    HEAD_SIMILARITY_SETTINGS,
+    LR_MONITOR_SETTINGS,
+)
 from headsweep.training.module import MODULE_SETTINGS
 
 # pytorch_lightning.Trainer's arguments that conf/trainer/ sets.
@@ -101,6 +106,7 @@ TOP_SETTINGS = {
     "threads": nullable(integer(1, 1024, fix="e.g. threads=2, or null for torch's default")),
     "export_dir": nullable(text()),
     "lr_select": nullable(mapping()),  # written by make sweep LR_GRID= (experiments.lr_select), a record
+    "budgets": nullable(mapping()),  # written by make budgets (sweeps.budgets): a trunk's or a branch's place
     "paths.output_dir": text(),
     "init_from": nullable(text()),
 }
@@ -121,6 +127,7 @@ SCHEMA: dict[str, Setting] = {
     **_under("callbacks.checkpoint", CHECKPOINT_SETTINGS),
     **_under("callbacks.lr_monitor", LR_MONITOR_SETTINGS),
     **_under("callbacks.head_similarity", HEAD_SIMILARITY_SETTINGS),
+    **_under("callbacks.branch_points", BRANCH_POINTS_SETTINGS),
     **_under("logger.wandb", WANDB_SETTINGS),
     **_under("logger.csv", CSV_SETTINGS),
     **_under("analysis", ANALYSIS_SETTINGS),

@@ -20,6 +20,7 @@ from headsweep.machine import describe
 from headsweep.model.diagnostics import init_check
 from headsweep.sizes import comparison_config
 from headsweep.training.averaging import average_at_end
+from headsweep.training.branch import ScheduleFromHere, check_branch, start_from_trunk, starts_from_trunk
 from headsweep.training.checks import (
     ConfigError,
     check_config,
@@ -56,6 +57,11 @@ def train(cfg: DictConfig) -> dict:
     at_init = init_check(module.net)  # before any weights load: the init this seed gives (the same on resume)
     at_steps = update_check_of(cfg, module)  # its first steps, as `make sweep` measured them (issue 54)
     resume = find_resume(cfg, out_dir, module, datamodule)
+    # a cooldown branch (make budgets) that has no checkpoint of its own continues its trunk's (training.branch)
+    from_trunk = not resume and starts_from_trunk(cfg, out_dir)
+    if from_trunk:
+        resume = start_from_trunk(cfg, out_dir)
+        print(f"branching {cfg.run_name} from its trunk at step {resume[1]} ({resume[0]})", flush=True)
     if cfg.get("init_from") and not resume:
         try:
             log.info("starting from the weights of %s", load_weights(module, cfg.init_from))
@@ -63,6 +69,7 @@ def train(cfg: DictConfig) -> dict:
             raise ConfigError(str(e)) from None
     loggers, wandb_info = make_loggers(cfg, out_dir)
     callbacks = [hydra.utils.instantiate(c) for c in cfg.callbacks.values()]
+    callbacks += [ScheduleFromHere()] if from_trunk else []
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if wandb_info.get("fell_back"):
         resolved["logger"]["wandb"]["mode"] = wandb_info["mode"]
@@ -104,7 +111,7 @@ def train(cfg: DictConfig) -> dict:
             averaged,
             hyp_files,
             checkpoint,
-            resume[1] if resume else None,
+            resume[1] if resume and not from_trunk else None,
             wandb_info,
             at_init,
             at_steps,
@@ -131,6 +138,7 @@ def prepare(cfg: DictConfig) -> Path:
         torch.set_num_threads(threads)
     out_dir = Path(cfg.paths.output_dir)
     check_resume(cfg, out_dir)
+    check_branch(cfg, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 

@@ -1,0 +1,238 @@
+"""The budgets page (reports.budgets, issue 68) on fabricated stored runs: each cell's gap to the base per budget
+and its interval against hand-computed Welch and base-spread intervals, Kendall's tau against scipy's on
+independently computed means, verdict words and how they move, a run two sweeps show counted once, the base's 1x
+branch against its linear 1x run, the partial page that lists missing trunks and branches, and bad input in one
+line. No training: records are written as exports leave them (conftest.stored_run)."""
+
+import copy
+import json
+import math
+import statistics
+
+import pytest
+from omegaconf import OmegaConf
+from scipy import stats
+
+from conftest import stored_run
+from headsweep.config import compose
+from headsweep.reports import budgets as page
+from headsweep.reports import budgets_runs as R
+
+STEPS = 1150
+BASE = "h8-dk32-dv32"
+# per cell: overrides, and test BLEU per (budget, seed); val loss is 50 - BLEU / 10 (lower is better)
+CELLS = {
+    BASE: ([], {1: [34.0, 34.5, 33.8], 2: [35.6, 35.9, 35.1], 4: [36.3, 36.9, 36.5]}),
+    "h32-dk8-dv8": (["model.heads=32"], {1: [30.1, 29.5, 30.6], 2: [33.8, 34.6, 33.0], 4: [36.0, 36.8, 35.9]}),
+    "h1-dk256-dv256": (["model.heads=1"], {1: [33.9], 2: [37.2], 4: [39.9]}),  # one seed: the base's spread
+}
+
+
+def loss(bleu: float) -> float:
+    return 50 - bleu / 10
+
+
+_CONFIGS = {}
+
+
+def config(overrides: tuple) -> dict:
+    if overrides not in _CONFIGS:
+        cfg = compose(["budget=ablation", "trainer.precision=32-true", *overrides])
+        _CONFIGS[overrides] = OmegaConf.to_container(cfg, resolve=False)
+    return copy.deepcopy(_CONFIGS[overrides])
+
+
+def branch(root, sweep, cell, overrides, k, seed, bleu, base=False, shape="sqrt"):
+    """A finished cooldown branch as make budgets exports it: results/<sweep>/<cell>-<k>x-<shape>-s<seed>."""
+    cfg = config(tuple(overrides))
+    cfg["seed"] = seed
+    cfg["module"].update(schedule="wsd", cooldown=shape, decay_fraction=0.2, decay_by="steps")
+    cfg["trainer"]["max_steps"] = STEPS * k
+    cfg["budgets"] = {"role": "branch", "budget": k, "base_steps": STEPS, "cooldown": 0.2, "base": base}
+    cfg["budgets"].update(trunk=f"trunk-{cell}-{seed}", step=math.floor(0.8 * STEPS * k))
+    results = {"status": "complete", "config": cfg, "metrics": {"test/bleu": bleu, "val/loss": loss(bleu)}}
+    stored = stored_run(root / sweep / f"{cell}-{k}x-{shape}-s{seed}", results)
+    rows = [f"{s - 1},{loss(bleu) + (STEPS * k - s) / 1000:.4f}" for s in range(230, STEPS * k + 1, 230)]
+    (stored / "metrics.csv").write_text("step,val/loss\n" + "\n".join(rows) + "\n")
+    return stored
+
+
+def trunk(root, sweep, cell, overrides, seed, budgets=(1, 2, 4)):
+    cfg = config(tuple(overrides))
+    cfg["seed"] = seed
+    cfg["module"].update(schedule="constant", decay_by="steps", decay_fraction=0.2)
+    cfg["trainer"]["max_steps"] = math.floor(0.8 * STEPS * budgets[-1])
+    cfg["budgets"] = {"role": "trunk", "budgets": list(budgets), "base_steps": STEPS, "cooldown": 0.2}
+    stored_run(root / sweep / f"{cell}-trunk-s{seed}", {"status": "complete", "config": cfg, "metrics": {}})
+
+
+def fabricate(root, sweep="table3_a_budgets", cells=CELLS):
+    for cell, (overrides, per) in cells.items():
+        for k, values in per.items():
+            for seed, bleu in enumerate(values, 1):
+                branch(root, sweep, cell, overrides, k, seed, bleu, base=cell == BASE)
+        for seed in range(1, len(per[1]) + 1):
+            trunk(root, sweep, cell, overrides, seed)
+
+
+def welch(base, cell):
+    """Welch's interval by hand: Welch-Satterthwaite degrees of freedom."""
+    vb, vc, nb, nc = statistics.variance(base), statistics.variance(cell), len(base), len(cell)
+    se = math.sqrt(vb / nb + vc / nc)
+    dof = (vb / nb + vc / nc) ** 2 / ((vb / nb) ** 2 / (nb - 1) + (vc / nc) ** 2 / (nc - 1))
+    diff = statistics.fmean(cell) - statistics.fmean(base)
+    half = stats.t.ppf(0.975, dof) * se
+    return diff, diff - half, diff + half
+
+
+def one_seed(base, value):
+    """One seed against the base: its spread taken to be the base's (a prediction interval)."""
+    se = statistics.stdev(base) * math.sqrt(1 + 1 / len(base))
+    diff = value - statistics.fmean(base)
+    half = stats.t.ppf(0.975, len(base) - 1) * se
+    return diff, diff - half, diff + half
+
+
+@pytest.fixture(scope="module")
+def summary(tmp_path_factory):
+    root = tmp_path_factory.mktemp("budgets") / "results"
+    fabricate(root)
+    data = R.load(root, R.discover(root))
+    return root, data, page.summarize(root, data)
+
+
+def test_gaps_and_intervals_are_welch_over_seeds_and_the_base_spread_for_one_seed(summary):
+    _, data, s = summary
+    by = {c.label: c for c in s["cells"]}
+    assert s["budgets"] == [1, 2, 4] and s["cells"][0].label == BASE and s["cells"][0].base
+    base = CELLS[BASE][1]
+    for k in (1, 2, 4):
+        got = s["gaps"][by["h32-dk8-dv8"].cell_id][k]["test/bleu"]
+        assert (got["diff"], got["lo"], got["hi"]) == pytest.approx(welch(base[k], CELLS["h32-dk8-dv8"][1][k]))
+        assert got["method"] == "Welch"
+        got = s["gaps"][by["h1-dk256-dv256"].cell_id][k]["test/bleu"]
+        assert (got["diff"], got["lo"], got["hi"]) == pytest.approx(one_seed(base[k], CELLS["h1-dk256-dv256"][1][k][0]))
+        loss_gap = s["gaps"][by["h32-dk8-dv8"].cell_id][k]["val/loss"]
+        want = welch([loss(b) for b in base[k]], [loss(b) for b in CELLS["h32-dk8-dv8"][1][k]])
+        assert (loss_gap["diff"], loss_gap["lo"], loss_gap["hi"]) == pytest.approx(want)
+        assert s["band"][k] == pytest.approx(statistics.stdev(base[k]))
+
+
+def test_verdict_words_per_budget_and_how_they_move(summary):
+    _, _, s = summary
+    by = {c.label: s["gaps"][c.cell_id] for c in s["cells"][1:]}
+    # 32 heads: clearly worse at 1x, inside the base's spread by 4x
+    assert [by["h32-dk8-dv8"][k]["word"] for k in (1, 2, 4)] == ["worse", "worse", "level"]
+    assert [by["h32-dk8-dv8"][k]["change"] for k in (2, 4)] == ["holds", "fades"]
+    # one head: level at 1x, better at 4x (one seed: the base's spread)
+    assert by["h1-dk256-dv256"][1]["word"] == "level" and by["h1-dk256-dv256"][4]["word"] == "better"
+    assert by["h1-dk256-dv256"][4]["change"] == "appears"
+
+
+@pytest.mark.parametrize(
+    "first, now, moved",
+    [
+        ("worse", "better", "flips"),
+        ("better", "worse", "flips"),
+        ("level", "level", "level"),
+        ("untested", "worse", "untested"),
+    ],
+)
+def test_change_words(first, now, moved):
+    assert R.change(first, now) == moved
+
+
+def test_kendall_tau_is_scipy_s_on_the_cells_means(summary):
+    _, _, s = summary
+    means = {k: [statistics.fmean(per[k]) for _, per in CELLS.values()] for k in (1, 2, 4)}
+    want = {(a, b): stats.kendalltau(means[a], means[b]) for a, b in ((1, 2), (2, 4), (1, 4))}
+    got = {(t["a"], t["b"]): t for t in s["taus"]}
+    assert set(got) == set(want)
+    for pair, res in want.items():
+        assert got[pair]["tau"] == pytest.approx(res.statistic) and got[pair]["p"] == pytest.approx(res.pvalue)
+        assert got[pair]["n"] == 3
+    # 1x: base > h1 > h32; 2x and 4x: h1 > base > h32 (one pair of three swapped, then none)
+    assert got[(1, 2)]["tau"] == pytest.approx(1 / 3) and got[(2, 4)]["tau"] == pytest.approx(1.0)
+
+
+def test_the_page_says_the_numbers_and_is_complete(summary, tmp_path):
+    root, data, s = summary
+    paths = page.write(root, None, tmp_path / "reports")
+    md = (tmp_path / "reports" / "budgets.md").read_text()
+    assert [p.name for p in paths] == ["budgets.md", "budgets.html", "budgets-gaps.png", "budgets-curves.png"]
+    assert "Complete: every planned trunk and branch has finished (7 trunks, 21 branches)" in md
+    assert "Partial" not in md
+    g = welch(CELLS[BASE][1][4], CELLS["h32-dk8-dv8"][1][4])
+    assert f"{g[0]:+.2f} [{g[1]:+.2f}, {g[2]:+.2f}] level, fades (n 3)" in md
+    assert "h1-dk256-dv256: 1x level" in md and "the verdict appears" in md
+    assert "Kendall's tau" in md and "No linear-decay run of the base" in md
+    assert (tmp_path / "reports" / "budgets.html").read_text().count("<table") == 3
+
+
+def test_a_run_two_sweeps_show_is_counted_once(tmp_path):
+    root = tmp_path / "results"
+    fabricate(root)
+    for seed, bleu in enumerate(CELLS[BASE][1][1], 1):  # the base's 1x branches, shown again by row C's sweep
+        branch(root, "table3_c_budgets", BASE, [], 1, seed, bleu, base=True)
+    data = R.load(root, R.discover(root))
+    cells, _ = R.cells(data.branches)
+    assert data.sweeps == ["table3_a_budgets", "table3_c_budgets"]
+    assert [len(cells[0].runs[k]) for k in (1, 2, 4)] == [3, 3, 3] and len(cells) == 3
+
+
+def test_the_base_s_1x_branch_against_its_linear_run(tmp_path):
+    root = tmp_path / "results"
+    fabricate(root)
+    linear = [34.3, 34.9, 34.1]
+    for seed, bleu in enumerate(linear, 1):
+        cfg = config(())
+        cfg["seed"] = seed
+        results = {"status": "complete", "config": cfg, "metrics": {"test/bleu": bleu, "val/loss": loss(bleu)}}
+        stored_run(root / "table3_a" / f"{BASE}-s{seed}", results)
+    other = config(("trainer.precision=bf16-mixed",))  # another machine class: never compared
+    other["seed"] = 1
+    stored_run(
+        root / "table3_a_bf16" / f"{BASE}-s1", {"status": "complete", "config": other, "metrics": {"test/bleu": 99.0}}
+    )
+    data = R.load(root, ["table3_a_budgets"])
+    s = page.summarize(root, data)
+    cmp = s["linear"]
+    assert cmp["n_linear"] == 3 and cmp["n_branch"] == 3
+    got = cmp["test/bleu"]
+    assert (got["diff"], got["lo"], got["hi"]) == pytest.approx(welch(linear, CELLS[BASE][1][1]))
+    md = page.markdown(data, s, [])
+    assert "agree within their intervals" in md
+
+
+def test_until_branches_land_the_page_is_partial_and_lists_what_is_missing(tmp_path):
+    root = tmp_path / "results"
+    trunk(root, "table3_a_budgets", BASE, [], 1)  # finished, no branch yet
+    planned = {
+        f"{BASE}-trunk-s1": {"role": "trunk", "base": True},
+        f"{BASE}-trunk-s2": {"role": "trunk", "base": True},
+        f"{BASE}-1x-sqrt-s2": {"role": "branch", "base": True, "trunk": f"{BASE}-trunk-s2", "budget": 1},
+    }
+    note = {"source": "table3_a", "budgets": [1, 2, 4], "base_steps": STEPS, "cooldown": 0.2, "shapes": ["sqrt"]}
+    (root / "table3_a_budgets" / ".budgets.json").write_text(json.dumps({**note, "planned": planned}))
+    page.write(root, None, tmp_path / "reports")
+    md = (tmp_path / "reports" / "budgets.md").read_text()
+    assert "**Partial**: 5 of 6 planned trunks and branches have not finished (finished: 1 trunk, 0 branches)" in md
+    assert f"- table3_a_budgets/{BASE}-trunk-s2: trunk not finished" in md
+    assert f"- table3_a_budgets/{BASE}-1x-sqrt-s2: waits for its trunk {BASE}-trunk-s2" in md
+    for k in (1, 2, 4):  # the finished trunk's branches, expected from its record
+        assert f"- table3_a_budgets/{BASE}-{k}x-sqrt-s1: branch not run (its trunk has finished)" in md
+    assert "No branch has finished yet" in md and not (tmp_path / "reports" / "budgets-gaps.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "no budgets sweep under"),
+        (["--sweeps", "nowhere_budgets"], "--sweeps nowhere_budgets:"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "results" / "table3_a").mkdir(parents=True)
+    assert page.main(["--root", str(tmp_path / "results"), "--out", str(tmp_path / "reports"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and not (tmp_path / "reports").exists()
