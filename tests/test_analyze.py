@@ -24,7 +24,7 @@ from headsweep.analysis.roles import attention_stats, role_label
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.data import make_batches
 from headsweep.model import ATTENTION_KINDS, Transformer, TransformerConfig
-from headsweep.model.attention import MultiHeadAttention
+from headsweep.model.attention import AttentionConfig, MultiHeadAttention
 from headsweep.store.pack import read_analysis
 
 
@@ -215,10 +215,10 @@ def test_rare_word_share_and_padding_excluded():
 def test_head_dropout_zero_and_evaluation_change_nothing():
     torch.manual_seed(0)
     x = torch.randn(4, 5, 16)
-    plain = MultiHeadAttention(16, 4, dropout=0.0)
-    dropped = MultiHeadAttention(16, 4, dropout=0.0, head_dropout=0.5)
+    plain = MultiHeadAttention(AttentionConfig(16, 4, dropout=0.0))
+    dropped = MultiHeadAttention(AttentionConfig(16, 4, dropout=0.0, head_dropout=0.5))
     dropped.load_state_dict(plain.state_dict())
-    zero = MultiHeadAttention(16, 4, dropout=0.0, head_dropout=0.0).train()
+    zero = MultiHeadAttention(AttentionConfig(16, 4, dropout=0.0, head_dropout=0.0)).train()
     zero.load_state_dict(plain.state_dict())
     expected = plain.eval()(x)[0]
     torch.testing.assert_close(zero(x)[0], expected)  # p = 0, training: no dropout
@@ -229,7 +229,7 @@ def test_head_dropout_zero_and_evaluation_change_nothing():
 def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation():
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8)
-    m = MultiHeadAttention(8, 4, dropout=0.0, head_dropout=0.25)
+    m = MultiHeadAttention(AttentionConfig(8, 4, dropout=0.0, head_dropout=0.25))
     with torch.no_grad():
         expected = m.eval()(x)[0]
         m.train()

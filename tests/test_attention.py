@@ -6,12 +6,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from headsweep.model.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl
+from headsweep.model.attention import (
+    AttentionConfig,
+    KVCache,
+    MultiHeadAttention,
+    attention_param_count,
+    convert_impl,
+)
 
 
-def copy_from_torch(ref: nn.MultiheadAttention) -> MultiHeadAttention:
+def copy_from_torch(ref: nn.MultiheadAttention, kernel: str = "auto") -> MultiHeadAttention:
     d, h = ref.embed_dim, ref.num_heads
-    ours = MultiHeadAttention(d, h)
+    ours = MultiHeadAttention(AttentionConfig(d, h, kernel=kernel))  # the kernel is chosen at construction
     wq, wk, wv = ref.in_proj_weight.chunk(3)
     bq, bk, bv = ref.in_proj_bias.chunk(3)
     with torch.no_grad():
@@ -32,8 +38,7 @@ def test_matches_torch_multihead_attention(cross, kernel):
     torch.manual_seed(0)
     d, h, B, Tq, Tk = 32, 4, 3, 5, 7 if cross else 5
     ref = nn.MultiheadAttention(d, h, batch_first=True).eval()
-    ours = copy_from_torch(ref)
-    ours.kernel = kernel
+    ours = copy_from_torch(ref, kernel)
     x, mem = torch.randn(B, Tq, d), torch.randn(B, Tk, d)
     kv = mem if cross else x
     pad = padding_mask([Tk, Tk - 2, 1], Tk)
@@ -50,8 +55,7 @@ def test_matches_torch_multihead_attention(cross, kernel):
 def test_causal_matches_torch(kernel):
     torch.manual_seed(1)
     ref = nn.MultiheadAttention(16, 2, batch_first=True).eval()
-    ours = copy_from_torch(ref)
-    ours.kernel = kernel
+    ours = copy_from_torch(ref, kernel)
     x = torch.randn(2, 6, 16)
     causal = torch.ones(6, 6, dtype=torch.bool).triu(1)  # torch: True = masked
     want, _ = ref(x, x, x, attn_mask=causal)
@@ -70,7 +74,7 @@ def test_causal_matches_torch(kernel):
 )
 def test_fused_equals_per_head(heads, d_k, d_v, d_model, bias, cross):
     torch.manual_seed(heads * 100 + d_k * 10 + d_v)
-    fused = MultiHeadAttention(d_model, heads, d_k, d_v, bias=bias).eval()
+    fused = MultiHeadAttention(AttentionConfig(d_model, heads, d_k, d_v, bias=bias)).eval()
     per_head = convert_impl(fused, "per_head")
     back = convert_impl(per_head, "fused")
     assert sum(p.numel() for p in per_head.parameters()) == sum(p.numel() for p in fused.parameters())
@@ -95,7 +99,7 @@ def test_fused_equals_per_head(heads, d_k, d_v, d_model, bias, cross):
 )
 def test_parameter_count_closed_form(heads, d_k, d_v, d_model, bias, impl):
     with torch.device("meta"):
-        mha = MultiHeadAttention(d_model, heads, d_k, d_v, bias=bias, impl=impl)
+        mha = MultiHeadAttention(AttentionConfig(d_model, heads, d_k, d_v, bias=bias, impl=impl))
     closed = heads * d_model * (2 * d_k + d_v) + heads * d_v * d_model
     if bias:
         closed += heads * (2 * d_k + d_v) + d_model
@@ -103,19 +107,19 @@ def test_parameter_count_closed_form(heads, d_k, d_v, d_model, bias, impl):
 
 
 def test_defaults_and_bad_sizes():
-    mha = MultiHeadAttention(64, 8)
+    mha = MultiHeadAttention(AttentionConfig(64, 8))
     assert (mha.d_k, mha.d_v) == (8, 8)
-    row_b = MultiHeadAttention(512, 8, d_k=16, d_v=64)  # Table 3 row B
+    row_b = MultiHeadAttention(AttentionConfig(512, 8, d_k=16, d_v=64))  # Table 3 row B
     assert row_b.q_proj.out_features == 128 and row_b.v_proj.out_features == 512
     with pytest.raises(ValueError, match="heads=3 does not divide d_model=64: set d_k and d_v"):
-        MultiHeadAttention(64, 3)
-    MultiHeadAttention(64, 3, d_k=20, d_v=21)  # explicit sizes need no divisibility
+        MultiHeadAttention(AttentionConfig(64, 3))
+    MultiHeadAttention(AttentionConfig(64, 3, d_k=20, d_v=21))  # explicit sizes need no divisibility
 
 
 @pytest.mark.parametrize("impl", ["fused", "per_head"])
 def test_padding_does_not_change_real_positions(impl):
     torch.manual_seed(2)
-    mha = MultiHeadAttention(24, 3, 5, 7, impl=impl).eval()
+    mha = MultiHeadAttention(AttentionConfig(24, 3, 5, 7, impl=impl)).eval()
     x = torch.randn(2, 4, 24)
     out, _ = mha(x, key_padding_mask=padding_mask([4, 3], 4))
     more = torch.cat([x, torch.randn(2, 3, 24)], dim=1)  # three extra padded positions
@@ -126,7 +130,7 @@ def test_padding_does_not_change_real_positions(impl):
 
 def test_causal_later_tokens_do_not_leak():
     torch.manual_seed(3)
-    mha = MultiHeadAttention(16, 4).eval()
+    mha = MultiHeadAttention(AttentionConfig(16, 4)).eval()
     x = torch.randn(1, 6, 16)
     y = x.clone()
     y[0, 4:] = torch.randn(2, 16)
@@ -138,7 +142,7 @@ def test_causal_later_tokens_do_not_leak():
 
 def test_gates():
     torch.manual_seed(4)
-    mha = MultiHeadAttention(16, 4, d_k=3, d_v=5).eval()
+    mha = MultiHeadAttention(AttentionConfig(16, 4, d_k=3, d_v=5)).eval()
     x = torch.randn(2, 5, 16)
     plain, _ = mha(x)
     ones, _ = mha(x, gate=torch.ones(4))
@@ -156,8 +160,8 @@ def test_gates():
 @pytest.mark.parametrize("impl", ["fused", "per_head"])
 def test_incremental_decoding_equals_full_prefix(impl):
     torch.manual_seed(6)
-    self_attn = MultiHeadAttention(16, 4, 3, 6, impl=impl).eval()
-    cross = MultiHeadAttention(16, 4, 3, 6, impl=impl).eval()
+    self_attn = MultiHeadAttention(AttentionConfig(16, 4, 3, 6, impl=impl)).eval()
+    cross = MultiHeadAttention(AttentionConfig(16, 4, 3, 6, impl=impl)).eval()
     x, mem = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     mem_pad = padding_mask([7, 4], 7)
 

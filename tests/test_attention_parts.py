@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import headsweep
-from headsweep.model import MultiHeadAttention, TransformerConfig, convert_impl, resolve_heads
+from headsweep.model import AttentionConfig, MultiHeadAttention, TransformerConfig, convert_impl, resolve_heads
 from headsweep.model.kernels import attention, sdpa_attention
 from headsweep.model.kv_cache import KVCache
 from headsweep.model.patterns import DEFAULT_PATTERNS
@@ -22,18 +22,18 @@ from headsweep.model.patterns import DEFAULT_PATTERNS
     [("math", 0, attention), ("sdpa", 0, sdpa_attention), ("sdpa", 4, attention)],  # 4 of 4 fixed: nothing for SDPA
 )
 def test_the_kernel_is_chosen_at_construction(kernel, fixed, expected):
-    m = MultiHeadAttention(16, 4, kernel=kernel, fixed=DEFAULT_PATTERNS[:fixed])
+    m = MultiHeadAttention(AttentionConfig(16, 4, kernel=kernel, fixed=DEFAULT_PATTERNS[:fixed]))
     assert m.attend_learned is expected
 
 
 def test_auto_takes_sdpa_only_where_a_gpu_is():
     expected = sdpa_attention if torch.cuda.is_available() else attention
-    assert MultiHeadAttention(16, 4).attend_learned is expected
+    assert MultiHeadAttention(AttentionConfig(16, 4)).attend_learned is expected
 
 
 def test_an_unknown_kernel_is_one_line():
     with pytest.raises(ValueError, match="kernel must be one of"):
-        MultiHeadAttention(16, 4, kernel="flash")
+        MultiHeadAttention(AttentionConfig(16, 4, kernel="flash"))
 
 
 def test_forward_reads_as_the_paper():
@@ -48,7 +48,7 @@ def test_forward_reads_as_the_paper():
 @pytest.mark.parametrize("kv_heads, fixed", [(None, 0), (2, 0), (None, 2)])
 def test_fused_layer_matches_the_per_head_reference_and_the_check_can_fail(kv_heads, fixed):
     torch.manual_seed(0)
-    fused = MultiHeadAttention(24, 4, 5, 7, kv_heads=kv_heads, fixed=DEFAULT_PATTERNS[:fixed]).eval()
+    fused = MultiHeadAttention(AttentionConfig(24, 4, 5, 7, kv_heads=kv_heads, fixed=DEFAULT_PATTERNS[:fixed])).eval()
     reference = convert_impl(fused, "per_head")
     x = torch.randn(3, 6, 24)
     pad = torch.zeros(3, 6, dtype=torch.bool)
@@ -97,4 +97,4 @@ def test_a_null_head_size_is_resolved_in_one_place():
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if FALLBACKS.search(line):
                 hits.append(f"{path.relative_to(src)}:{n}")
-    assert len(hits) == 2 and all(h.startswith("model/attention.py:") for h in hits), hits  # resolve_heads' 2 lines
+    assert len(hits) == 2 and all(h.startswith("model/config.py:") for h in hits), hits  # resolve_heads' 2 lines

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig
+from headsweep.model import AttentionConfig, MultiHeadAttention, Transformer, TransformerConfig
 from headsweep.model.gates import HardConcreteGate
 
 
@@ -48,8 +48,8 @@ def test_l0_penalty_closes_gates():
 def test_closed_gates_remove_their_heads_in_eval():
     """A closed concrete gate is the same as Michel's xi = 0 for that head; an open one changes nothing."""
     torch.manual_seed(0)
-    plain = MultiHeadAttention(16, 4, dropout=0.0).eval()
-    gated = MultiHeadAttention(16, 4, dropout=0.0, concrete_gates=True).eval()
+    plain = MultiHeadAttention(AttentionConfig(16, 4, dropout=0.0)).eval()
+    gated = MultiHeadAttention(AttentionConfig(16, 4, dropout=0.0, concrete_gates=True)).eval()
     gated.load_state_dict(plain.state_dict(), strict=False)
     with torch.no_grad():
         gated.concrete.log_alpha.copy_(torch.tensor([5.0, -5.0, 5.0, 5.0]))

@@ -18,7 +18,7 @@ import yaml
 
 from conftest import TINY, needs_data, tiny_overrides
 from headsweep.data.tokenizer import train_tokenizer
-from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig, decoding
+from headsweep.model import AttentionConfig, MultiHeadAttention, Transformer, TransformerConfig, decoding
 from headsweep.training.module import TranslationModule
 
 if not torch.cuda.is_available():  # one line in the summary for the whole file
@@ -76,8 +76,8 @@ def test_training_step_on_the_card_equals_the_cpu_step():
 @pytest.mark.parametrize("bf16", [False, True])
 def test_sdpa_equals_the_math_path_on_the_card(kv_heads, causal, bf16):
     torch.manual_seed(1)
-    sdpa = MultiHeadAttention(64, 8, d_k=16, d_v=8, kernel="sdpa", kv_heads=kv_heads).cuda()
-    math = MultiHeadAttention(64, 8, d_k=16, d_v=8, kernel="math", kv_heads=kv_heads).cuda()
+    sdpa = MultiHeadAttention(AttentionConfig(64, 8, d_k=16, d_v=8, kernel="sdpa", kv_heads=kv_heads)).cuda()
+    math = MultiHeadAttention(AttentionConfig(64, 8, d_k=16, d_v=8, kernel="math", kv_heads=kv_heads)).cuda()
     math.load_state_dict(sdpa.state_dict())
     x = torch.randn(3, 11, 64, device="cuda", requires_grad=True)
     pad = torch.zeros(3, 11, dtype=torch.bool, device="cuda")

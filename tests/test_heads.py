@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from headsweep.analysis.importance import gate_gradients
 from headsweep.analysis.roles import attention_stats
 from headsweep.model import (
+    AttentionConfig,
     MultiHeadAttention,
     Transformer,
     TransformerConfig,
@@ -63,7 +64,7 @@ def repeat_reference(m: MultiHeadAttention, x, memory=None, pad=None, causal=Fal
 @pytest.mark.parametrize("kv", [1, 2, 4, 8])
 def test_shared_kv_heads_equal_explicit_repeat(kv, impl, kernel):
     torch.manual_seed(kv)
-    m = MultiHeadAttention(24, 8, 5, 7, kv_heads=kv, impl=impl, kernel=kernel).eval()
+    m = MultiHeadAttention(AttentionConfig(24, 8, 5, 7, kv_heads=kv, impl=impl, kernel=kernel)).eval()
     x, mem = torch.randn(3, 5, 24), torch.randn(3, 6, 24)
     pad = padding_mask([6, 3, 1], 6)
     for memory, mask, causal in ((None, None, True), (mem, pad, False)):
@@ -79,9 +80,9 @@ def test_shared_kv_heads_equal_explicit_repeat(kv, impl, kernel):
 @pytest.mark.parametrize("impl", ["fused", "per_head"])
 def test_kv_heads_equal_to_heads_is_the_plain_layer_bit_for_bit(impl, kernel):
     torch.manual_seed(0)
-    plain = MultiHeadAttention(32, 4, 6, 10, impl=impl, kernel=kernel).eval()
+    plain = MultiHeadAttention(AttentionConfig(32, 4, 6, 10, impl=impl, kernel=kernel)).eval()
     torch.manual_seed(0)
-    shared = MultiHeadAttention(32, 4, 6, 10, impl=impl, kernel=kernel, kv_heads=4).eval()
+    shared = MultiHeadAttention(AttentionConfig(32, 4, 6, 10, impl=impl, kernel=kernel, kv_heads=4)).eval()
     a, b = plain.state_dict(), shared.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # old checkpoints load as they are
     x, mem = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
@@ -120,7 +121,7 @@ def test_fused_equals_per_head_with_shared_and_fixed_heads(heads, share, fixed, 
     kv, fixed = (divisors[share % len(divisors)], 0) if share else (None, min(fixed, heads))
     torch.manual_seed(heads * 7 + fixed)
     m = MultiHeadAttention(
-        12, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed]
+        AttentionConfig(12, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed])
     ).eval()
     other = convert_impl(m, "per_head" if impl == "fused" else "fused")
     back = convert_impl(other, impl)
@@ -153,7 +154,7 @@ def test_parameter_count_closed_form_with_shared_and_fixed_heads(heads, d_k, d_v
     fixed = 0 if share else min(pick, heads, len(DEFAULT_PATTERNS))
     with torch.device("meta"):
         m = MultiHeadAttention(
-            d_model, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed]
+            AttentionConfig(d_model, heads, d_k, d_v, bias=bias, impl=impl, kv_heads=kv, fixed=DEFAULT_PATTERNS[:fixed])
         )
     k = kv or heads
     # W^Q for the learned query heads, W^K for the key heads they use, W^V for every value head, then W^O
@@ -317,7 +318,7 @@ def test_fixed_patterns_in_incremental_decoding_see_the_cached_positions():
 @pytest.mark.parametrize("impl", ["fused", "per_head"])
 def test_fixed_heads_attend_by_their_patterns_with_no_query_or_key_weights(impl):
     torch.manual_seed(5)
-    m = MultiHeadAttention(16, 4, 3, 5, impl=impl, fixed=["prev", "first"])
+    m = MultiHeadAttention(AttentionConfig(16, 4, 3, 5, impl=impl, fixed=["prev", "first"]))
     assert projection(m, "q")[0].shape == (2 * 3, 16) and projection(m, "k")[0].shape == (2 * 3, 16)
     assert projection(m, "v")[0].shape == (4 * 5, 16)  # every head keeps W^V
     x, pad = torch.randn(2, 5, 16), padding_mask([5, 3], 5)
@@ -341,7 +342,7 @@ def test_fixed_heads_attend_by_their_patterns_with_no_query_or_key_weights(impl)
 
 @pytest.mark.parametrize("impl", ["fused", "per_head"])
 def test_every_head_fixed_has_no_query_key_parameters_and_gradients_reach_the_rest(impl):
-    m = MultiHeadAttention(16, 2, 4, 4, impl=impl, fixed=["cur", "prev"])
+    m = MultiHeadAttention(AttentionConfig(16, 2, 4, 4, impl=impl, fixed=["cur", "prev"]))
     names = {n for n, _ in m.named_parameters()}
     assert not any(n.startswith(("q_", "k_")) for n in names), names
     assert (
@@ -356,7 +357,7 @@ def test_every_head_fixed_has_no_query_key_parameters_and_gradients_reach_the_re
 
 def test_fixed_head_grads_reach_values_not_learned_queries_of_other_heads():
     torch.manual_seed(6)
-    m = MultiHeadAttention(16, 4, 4, 4, fixed=["prev"])
+    m = MultiHeadAttention(AttentionConfig(16, 4, 4, 4, fixed=["prev"]))
     x = torch.randn(2, 5, 16)
     gate = torch.tensor([1.0, 0.0, 0.0, 0.0])  # the fixed head alone
     m(x, gate=gate)[0].square().sum().backward()

@@ -16,7 +16,7 @@ from torch import nn
 
 from conftest import needs_data
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.model import MultiHeadAttention, Transformer, TransformerConfig, convert_impl
+from headsweep.model import AttentionConfig, MultiHeadAttention, Transformer, TransformerConfig, convert_impl
 from headsweep.model.attention import init_projection
 from headsweep.model.diagnostics import differences, init_check, module_gains, projection_gains, synthetic_batch
 from headsweep.store import flatten_config
@@ -59,10 +59,10 @@ def test_fan_in_is_bit_for_bit_xavier_at_the_base_and_row_a():
 
 def test_xavier_is_the_old_init(monkeypatch):
     torch.manual_seed(3)
-    new = MultiHeadAttention(256, 8, kv_heads=1, init="xavier")
+    new = MultiHeadAttention(AttentionConfig(256, 8, kv_heads=1, init="xavier"))
     monkeypatch.setattr(MultiHeadAttention, "_reset_parameters", old_reset_parameters)
     torch.manual_seed(3)
-    old = MultiHeadAttention(256, 8, kv_heads=1)
+    old = MultiHeadAttention(AttentionConfig(256, 8, kv_heads=1))
     assert all(torch.equal(p, q) for p, q in zip(new.state_dict().values(), old.state_dict().values()))
 
 
@@ -123,9 +123,11 @@ def test_per_head_and_fused_layouts_draw_from_the_same_distribution_under_fan_in
     bound; under xavier they differ (a per-head projection's fan-out is one head's)."""
     for init, same in (("fan_in", True), ("xavier", False)):
         torch.manual_seed(0)
-        fused = MultiHeadAttention(256, 8, **{"d_k": 32, "d_v": 32, **sizes}, init=init)
+        fused = MultiHeadAttention(AttentionConfig(256, 8, **{"d_k": 32, "d_v": 32, **sizes}, init=init))
         torch.manual_seed(0)
-        per_head = MultiHeadAttention(256, 8, **{"d_k": 32, "d_v": 32, **sizes}, init=init, impl="per_head")
+        per_head = MultiHeadAttention(
+            AttentionConfig(256, 8, **{"d_k": 32, "d_v": 32, **sizes}, init=init, impl="per_head")
+        )
         gf, gp = module_gains([fused]), module_gains([per_head])
         agree = all(gp[w] == pytest.approx(gf[w], rel=0.03) for w in "qkv")
         assert agree == same, (init, gf, gp)
@@ -133,7 +135,7 @@ def test_per_head_and_fused_layouts_draw_from_the_same_distribution_under_fan_in
             for w in (p.weight for p in per_head.k_heads):
                 assert 0.95 * math.sqrt(3 / 256) < w.abs().max() <= math.sqrt(3 / 256)
     again = convert_impl(per_head, "fused")
-    assert (again.init, again.init_kv_gain) == (per_head.init, per_head.init_kv_gain)
+    assert (again.config.init, again.config.init_kv_gain) == (per_head.config.init, per_head.config.init_kv_gain)
 
 
 @pytest.mark.parametrize(

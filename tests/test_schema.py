@@ -24,8 +24,8 @@ from headsweep.analysis.settings import ANALYSIS_SETTINGS, AnalysisSettings
 from headsweep.config import CONF_DIR, compose
 from headsweep.data.datamodule import DATA_SETTINGS, TranslationDataModule
 from headsweep.model import Transformer, TransformerConfig
+from headsweep.model.config import MODEL_SETTINGS
 from headsweep.model.patterns import DEFAULT_PATTERNS
-from headsweep.model.transformer import MODEL_SETTINGS
 from headsweep.schema import Setting
 from headsweep.sweeps.planning import plan
 from headsweep.sweeps.specs import SweepError

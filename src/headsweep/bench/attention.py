@@ -8,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-from headsweep.model import MultiHeadAttention
+from headsweep.model import AttentionConfig, MultiHeadAttention
 
 
 def bench_attention(reps: int = 10, bf16: bool = True) -> None:
@@ -24,7 +24,10 @@ def bench_attention(reps: int = 10, bf16: bool = True) -> None:
             x = torch.randn(B, T, d, requires_grad=True)
             pad = torch.zeros(B, T, dtype=torch.bool)
             pad[: B // 2, T - 5 :] = True
-            ours, sdpa = MultiHeadAttention(d, h, kernel="math"), MultiHeadAttention(d, h, kernel="sdpa")
+            ours, sdpa = (
+                MultiHeadAttention(AttentionConfig(d, h, kernel="math")),
+                MultiHeadAttention(AttentionConfig(d, h, kernel="sdpa")),
+            )
             ref = nn.MultiheadAttention(d, h, batch_first=True)
 
             def run_ours(m=ours, x=x, pad=pad):

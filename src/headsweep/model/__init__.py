@@ -1,20 +1,18 @@
-"""The model, in plain PyTorch (nothing of Hydra, Lightning, W&B or the rest of headsweep):
-attention -> transformer, plus the fused output loss and greedy/beam decoding."""
+"""The model, in plain PyTorch (nothing of Hydra, Lightning, W&B or the rest of headsweep): config (the
+settings and their checks) -> attention -> transformer, plus the fused output loss and greedy/beam decoding."""
 
-from headsweep.model.attention import (
+from headsweep.model.attention import KVCache, MultiHeadAttention, attention_param_count, convert_impl
+from headsweep.model.config import (
+    ATTENTION_KINDS,
+    AttentionConfig,
     HeadSizes,
-    KVCache,
-    MultiHeadAttention,
-    attention_param_count,
-    convert_impl,
+    TransformerConfig,
     head_sizes,
     resolve_heads,
 )
 from headsweep.model.transformer import (
-    ATTENTION_KINDS,
     LayerCache,
     Transformer,
-    TransformerConfig,
     attention_switches,
     count_parameters,
     kv_cache_bytes,
@@ -23,6 +21,7 @@ from headsweep.model.transformer import (
 
 __all__ = [
     "ATTENTION_KINDS",
+    "AttentionConfig",
     "HeadSizes",
     "KVCache",
     "LayerCache",

@@ -23,12 +23,12 @@ headsweep.model.kv_cache, the per-head layout (the tests' reference) in headswee
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from headsweep.model.config import AttentionConfig, projection_heads
 from headsweep.model.gates import HeadGating
 from headsweep.model.kernels import KERNELS, attention, attention_mask, per_group, pick_kernel, sdpa_attention
 from headsweep.model.kv_cache import KVCache
@@ -36,61 +36,23 @@ from headsweep.model.patterns import FixedPatterns
 from headsweep.model.per_head import PerHeadLinear, convert_impl
 
 __all__ = [
-    "IMPLS",
-    "INITS",
     "KERNELS",
-    "HeadSizes",
+    "AttentionConfig",
     "KVCache",
     "MultiHeadAttention",
     "attention",
     "attention_mask",
     "attention_param_count",
     "convert_impl",
-    "head_sizes",
     "init_projection",
     "per_group",
-    "projection_heads",
-    "resolve_heads",
     "sdpa_attention",
 ]
 
-IMPLS = ("fused", "per_head")
-# Initialisations of the attention projections (init_projection): fan_in keeps every projection's gain at 1
-# whatever h, d_k, d_v and kv_heads; xavier, the earlier default, moves with them (it depends on fan-out).
-INITS = ("fan_in", "xavier")
-
-
-class HeadSizes(NamedTuple):
-    d_k: int  # query/key size per head
-    d_v: int  # value size per head
-    kv_heads: int  # key/value heads, each shared by heads / kv_heads query heads
-
-
-def resolve_heads(
-    d_model: int | None, heads: int, d_k: int | None = None, d_v: int | None = None, kv_heads: int | None = None
-) -> HeadSizes:
-    """The sizes a config's nulls stand for, the one place they are resolved: d_k, d_v null = d_model / h (the
-    paper's default), kv_heads null = h (no sharing). d_model may be None where only kv_heads is wanted."""
-    per_head = None if d_model is None else d_model // heads
-    return HeadSizes(
-        per_head if d_k is None else d_k, per_head if d_v is None else d_v, heads if kv_heads is None else kv_heads
-    )
-
-
-def head_sizes(d_model: int, heads: int, d_k: int | None = None, d_v: int | None = None) -> tuple[int, int]:
-    """(d_k, d_v) per head (resolve_heads)."""
-    return resolve_heads(d_model, heads, d_k, d_v)[:2]
-
-
-def projection_heads(heads: int, kv_heads: int | None = None, fixed: int = 0) -> dict[str, int]:
-    """Heads of each projection: W^Q for the h - n learned query heads, W^K for the kv_heads - n key heads
-    they use, W^V for all kv_heads value heads (fixed heads have values but neither queries nor keys)."""
-    kv = resolve_heads(None, heads, kv_heads=kv_heads).kv_heads
-    return {"q": heads - fixed, "k": kv - fixed, "v": kv}
-
 
 class MultiHeadAttention(HeadGating, nn.Module):
-    """Multi-head attention with h heads of query/key size d_k and value size d_v.
+    """Multi-head attention with h heads of query/key size d_k and value size d_v, built from one
+    AttentionConfig (headsweep.model.config), kept as `.config`: MultiHeadAttention(AttentionConfig(d_model, h)).
 
     impl="fused": one projection each for Q, K and V, split into heads (the usual form).
     impl="per_head": a separate small projection per head, as the paper's equations are written
@@ -101,63 +63,37 @@ class MultiHeadAttention(HeadGating, nn.Module):
     Head gates, hard-concrete gates, head dropout and the analysis hooks: HeadGating (headsweep.model.gates).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        heads: int,
-        d_k: int | None = None,
-        d_v: int | None = None,
-        dropout: float = 0.0,
-        bias: bool = True,
-        impl: str = "fused",
-        kernel: str = "auto",
-        head_dropout: float = 0.0,
-        concrete_gates: bool = False,
-        kv_heads: int | None = None,
-        fixed=(),
-        init: str = "fan_in",
-        init_kv_gain: float = 1.0,
-    ):
+    def __init__(self, config: AttentionConfig):
         super().__init__()
-        check_init(init, init_kv_gain)
-        if heads < 1:
-            raise ValueError(f"heads must be >= 1, got {heads}")
-        if (d_k is None or d_v is None) and d_model % heads:
-            guess = max(1, resolve_heads(d_model, heads).d_k)
-            raise ValueError(
-                f"heads={heads} does not divide d_model={d_model}: set d_k and d_v explicitly "
-                f"(e.g. model.d_k={guess} model.d_v={guess})"
+        if not isinstance(config, AttentionConfig):  # the old form, MultiHeadAttention(d_model, heads, ...)
+            raise TypeError(
+                f"MultiHeadAttention takes one AttentionConfig, got {config!r}: "
+                "use MultiHeadAttention(AttentionConfig(d_model, heads, ...))"
             )
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        fixed = tuple(fixed or ())
-        check_head_sharing(heads, kv_heads, len(fixed))
-        self.d_model, self.heads = d_model, heads
-        self.d_k, self.d_v, self.kv_heads = resolve_heads(d_model, heads, d_k, d_v, kv_heads)
-        if self.d_k < 1 or self.d_v < 1:
-            raise ValueError(f"d_k and d_v must be positive, got d_k={self.d_k} d_v={self.d_v}")
-        self.impl, self.kernel, self.dropout = impl, kernel, dropout
-        self.init, self.init_kv_gain = init, float(init_kv_gain)
-        self.fixed = FixedPatterns(fixed) if len(fixed) else None
-        self.n_fixed = len(fixed)
-        self.proj_heads = projection_heads(heads, self.kv_heads, self.n_fixed)
+        self.config = config  # checked when built (AttentionConfig.__post_init__); convert_impl rebuilds from it
+        self.d_model, self.heads, self.impl, self.dropout = config.d_model, config.heads, config.impl, config.dropout
+        self.d_k, self.d_v, self.kv_heads = config.sizes
+        self.fixed = FixedPatterns(config.fixed) if config.fixed else None
+        self.n_fixed = len(config.fixed)
+        self.proj_heads = projection_heads(self.heads, self.kv_heads, self.n_fixed)
         self.head_dims = {"q": self.d_k, "k": self.d_k, "v": self.d_v}
         for which, n in self.proj_heads.items():  # none where every head is fixed (W^Q, W^K of 0 heads)
-            if impl == "fused":
-                setattr(self, f"{which}_proj", nn.Linear(d_model, n * self.head_dims[which], bias=bias) if n else None)
+            d = self.head_dims[which]
+            if self.impl == "fused":
+                setattr(self, f"{which}_proj", nn.Linear(self.d_model, n * d, bias=config.bias) if n else None)
             else:
-                setattr(self, f"{which}_heads", PerHeadLinear(d_model, n, self.head_dims[which], bias))
-        self.out_proj = nn.Linear(heads * self.d_v, d_model, bias=bias)
-        self.init_gating(heads, head_dropout, concrete_gates)
-        self.attend_learned = pick_kernel(kernel, self.proj_heads["q"])  # SDPA or the math path, once
+                setattr(self, f"{which}_heads", PerHeadLinear(self.d_model, n, d, config.bias))
+        self.out_proj = nn.Linear(self.heads * self.d_v, self.d_model, bias=config.bias)
+        self.init_gating(self.heads, config.head_dropout, config.concrete_gates)
+        self.attend_learned = pick_kernel(config.kernel, self.proj_heads["q"])  # SDPA or the math path, once
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
         # One uniform_ per projection, in module order (init_projection); W^K and W^V times init_kv_gain.
         for name, m in self.named_modules():  # the concrete gates' log alpha keeps its own init
             if isinstance(m, nn.Linear):
-                gain = self.init_kv_gain if name.split(".")[0] in KV_PROJECTIONS else 1.0
-                init_projection(m.weight, self.init, gain)
+                gain = self.config.init_kv_gain if name.split(".")[0] in KV_PROJECTIONS else 1.0
+                init_projection(m.weight, self.config.init, gain)
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
@@ -247,24 +183,6 @@ class MultiHeadAttention(HeadGating, nn.Module):
 KV_PROJECTIONS = ("k_proj", "v_proj", "k_heads", "v_heads")  # W^K and W^V in either layout
 
 
-def check_init(init: str, init_kv_gain: float) -> None:
-    if init not in INITS:
-        raise ValueError(
-            f"init={init!r}: use one of {', '.join(INITS)} (fan_in: every attention projection at gain "
-            "1 whatever the head sizes; xavier: the earlier runs' init)"
-        )
-    if not (
-        isinstance(init_kv_gain, (int, float))
-        and not isinstance(init_kv_gain, bool)
-        and math.isfinite(init_kv_gain)
-        and init_kv_gain > 0
-    ):
-        raise ValueError(
-            f"init_kv_gain={init_kv_gain!r} multiplies the init bound of W^K and W^V: use a finite "
-            "number > 0 (1.0: no change)"
-        )
-
-
 def init_projection(weight: Tensor, init: str, gain: float = 1.0) -> Tensor:
     """U(-a, a) on a (fan_out, fan_in) weight, a = gain * sqrt(3) * sqrt(2 / (fan_in + fan_out)) (xavier: torch's
     xavier_uniform_, Glorot & Bengio 2010) or with fan_out replaced by fan_in (fan_in: a = gain * sqrt(3 / fan_in),
@@ -277,23 +195,6 @@ def init_projection(weight: Tensor, init: str, gain: float = 1.0) -> Tensor:
     std = gain * math.sqrt(2.0 / float(fan_in + (fan_in if init == "fan_in" else fan_out)))
     a = math.sqrt(3.0) * std
     return nn.init.uniform_(weight, -a, a)
-
-
-def check_head_sharing(heads: int, kv_heads: int | None, fixed: int) -> None:
-    """kv_heads divides h; at most h fixed heads, and not together with shared key/value heads."""
-    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
-        divisors = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0)
-        raise ValueError(
-            f"kv_heads={kv_heads} must divide heads={heads} (each key/value head serves heads / "
-            f"kv_heads query heads): use one of {divisors}, or null for heads"
-        )
-    if fixed > heads:
-        raise ValueError(f"{fixed} fixed heads but heads={heads}: at most {heads}")
-    if fixed and resolve_heads(None, heads, kv_heads=kv_heads).kv_heads != heads:
-        raise ValueError(
-            f"fixed heads with kv_heads={kv_heads} < heads={heads}: a fixed head keeps its own value "
-            "head, so use fixed heads or shared key/value heads, not both"
-        )
 
 
 def attention_param_count(

@@ -25,9 +25,10 @@ import torch
 from torch import Tensor
 
 from headsweep.model.attention import MultiHeadAttention
+from headsweep.model.config import ATTENTION_KINDS, TransformerConfig
 from headsweep.model.head_init import apply_init_heads, coherence
 from headsweep.model.residual_init import scale_wo
-from headsweep.model.transformer import ATTENTION_KINDS, Transformer, TransformerConfig
+from headsweep.model.transformer import Transformer
 
 PROJECTIONS = ("q", "k", "v", "o")  # W^Q, W^K, W^V, W^O
 BATCH_SEED = 0  # the synthetic batch's ids: the same batch for every model and run

@@ -33,8 +33,7 @@ class HeadGating:
     """
 
     def init_gating(self, heads: int, head_dropout: float, concrete_gates: bool) -> None:
-        if not 0.0 <= head_dropout < 1.0:
-            raise ValueError(f"head_dropout must be in [0, 1), got {head_dropout}")
+        # head_dropout is checked with the layer's other settings (AttentionConfig)
         self.head_dropout = head_dropout
         self.concrete = HardConcreteGate(heads) if concrete_gates else None  # z: learned, L0-penalised
         # Analysis hooks, not training state: a default gate xi used when forward() gets none, and

@@ -4,6 +4,8 @@ heads) does, more slowly: the reference the tests compare the fused layer agains
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor, nn
 
@@ -19,24 +21,10 @@ class PerHeadLinear(nn.ModuleList):
 
 
 def convert_impl(mha: nn.Module, impl: str) -> nn.Module:
-    """A copy of a MultiHeadAttention in the other layout (fused <-> per_head) computing the same function."""
-    bias = mha.out_proj.bias is not None
-    new = type(mha)(
-        mha.d_model,
-        mha.heads,
-        mha.d_k,
-        mha.d_v,
-        mha.dropout,
-        bias,
-        impl,
-        mha.kernel,
-        mha.head_dropout,
-        mha.concrete is not None,
-        mha.kv_heads,
-        mha.fixed.patterns if mha.fixed is not None else (),
-        mha.init,
-        mha.init_kv_gain,
-    ).to(mha.out_proj.weight)
+    """A copy of a MultiHeadAttention in the other layout (fused <-> per_head) computing the same function.
+    Built from the layer's own config with only impl changed, by name: every other setting is the original's."""
+    new = type(mha)(dataclasses.replace(mha.config, impl=impl)).to(mha.out_proj.weight)
+    bias = mha.config.bias
     suffix = {"fused": "proj", "per_head": "heads"}  # attribute suffix of the Q/K/V projections
     with torch.no_grad():
         new.out_proj.load_state_dict(mha.out_proj.state_dict())

@@ -1,6 +1,7 @@
 """Encoder-decoder Transformer (Vaswani et al. 2017) built on headsweep's MultiHeadAttention.
 
-Plain PyTorch: no Hydra, Lightning or W&B here. One config object, `TransformerConfig`.
+Plain PyTorch: no Hydra, Lightning or W&B here. One config object, `TransformerConfig` (headsweep.model.config),
+which gives each attention layer its own (`cfg.attention(kind)`).
 """
 
 from __future__ import annotations
@@ -13,176 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headsweep.model.attention import (
-    IMPLS,
-    INITS,
-    KERNELS,
-    HeadSizes,
-    KVCache,
-    MultiHeadAttention,
-    check_head_sharing,
-    check_init,
-    projection_heads,
-    resolve_heads,
-)
-from headsweep.model.head_init import INIT_HEADS, apply_init_heads, check_init_heads
-from headsweep.model.patterns import DEFAULT_PATTERNS, LOOKS_AHEAD, parse_pattern
-from headsweep.model.residual_init import WO_SCALINGS, check_residual_init, scale_residual_outputs
-from headsweep.schema import choice, flag, integer, items, mapping, nullable, number, share, text
-
-POSITIONS = ("sinusoidal", "learned")
-ATTENTION_KINDS = ("enc_self", "dec_self", "cross")
-FIXED_KINDS = ("enc_self", "dec_self")  # fixed patterns are positions in the sentence attended over
-# Settings whose default changed: the value a saved config without the key was built with (issue 42: every
-# model before `init` existed was initialised by xavier).
-OLD_DEFAULTS = {"init": "xavier"}
-
-# What each model setting (conf/model/) may hold, checked before any data is read (training.schema). The upper
-# bounds are far beyond anything trained here (about 10x Transformer big): a value above one is a typo.
-# Relations between them (heads dividing d_model, kv_heads dividing heads, fixed heads) are
-# TransformerConfig's own checks below.
-MODEL_SETTINGS = {
-    "d_model": integer(1, 16384, fix="e.g. model.d_model=256 (the default) or 512 (the paper's base)"),
-    "n_layers": integer(1, 64, fix="e.g. model.n_layers=3 (the default) or 6 (the paper's)"),
-    "heads": integer(1, 1024, fix="e.g. model.heads=8"),
-    "d_k": nullable(integer(1, 4096, fix="e.g. 32, or null for d_model / heads")),
-    "d_v": nullable(integer(1, 4096, fix="e.g. 32, or null for d_model / heads")),
-    "d_ff": integer(1, 65536, fix="e.g. model.d_ff=1024 (4 x d_model)"),
-    "dropout": share(fix="e.g. model.dropout=0.1 (the paper's P_drop)"),
-    "attn_dropout": share(),
-    "head_dropout": share(),
-    "concrete_gates": flag(),
-    "norm_first": flag(),
-    "positions": choice(*POSITIONS),
-    "max_len": integer(2, 65536, fix="e.g. model.max_len=256; it must hold the longest sentence plus BOS/EOS"),
-    "tie_embeddings": flag(),
-    "impl": choice(*IMPLS),
-    "kernel": choice(*KERNELS),
-    # 0 and negative values are within the type's range here so that TransformerConfig's own check names the
-    # divisors of heads that would work
-    "kv_heads": nullable(integer(0, 1024)),
-    "fixed_heads": nullable(mapping(fix="e.g. model.fixed_heads={enc_self:7}")),
-    "fixed_patterns": nullable(items(text())),
-    "init": choice(*INITS),
-    "init_kv_gain": number(0.0, 100.0, lo_open=True),
-    "init_heads": choice(*INIT_HEADS),
-    "init_heads_noise": number(0.0, 10.0, fix="e.g. model.init_heads_noise=0.01 (1% of the init's std)"),
-    "init_wo": choice(*WO_SCALINGS),
-    "init_wo_base": nullable(integer(1, 1 << 20, fix="e.g. model.init_wo_base=256 (h * d_v of the base cell)")),
-    "init_wo_gain": number(0.0, 100.0, fix="e.g. model.init_wo_gain=0.5 (0: W^O starts at zero)"),
-    "init_ff2_gain": number(0.0, 100.0, fix="e.g. model.init_ff2_gain=0.5 (0: the FFN's W_2 starts at zero)"),
-}
-
-
-@dataclass
-class TransformerConfig:
-    vocab_size: int = 8000
-    d_model: int = 256
-    n_layers: int = 3  # N: layers in the encoder and in the decoder
-    heads: int = 8
-    d_k: int | None = None  # query/key size per head; None = d_model / heads
-    d_v: int | None = None  # value size per head; None = d_model / heads
-    d_ff: int = 1024
-    dropout: float = 0.1  # P_drop: on sublayer outputs and embedding sums
-    attn_dropout: float = 0.0  # on attention weights
-    head_dropout: float = 0.0  # drop whole heads per sentence during training
-    concrete_gates: bool = False  # a learned hard-concrete gate per head (L0 pruning, Voita et al. 2019)
-    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
-    positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_len: int = 256  # longest sequence the model has positions for
-    tie_embeddings: bool = True  # one joint source/target embedding, also the output projection
-    pad_id: int = 0
-    impl: str = "fused"  # attention layout: "fused" or "per_head"
-    kernel: str = "auto"  # attention kernel: "auto", "math" or "sdpa"
-    kv_heads: int | None = None  # key/value heads, each shared by heads / kv_heads query heads; None = heads
-    fixed_heads: dict | None = None  # {kind: n}: the first n heads of each layer of that kind are fixed patterns
-    fixed_patterns: list | None = None  # the patterns of fixed heads 1, 2, ...; None = patterns.DEFAULT_PATTERNS
-    init: str = "fan_in"  # attention projections: "fan_in" (gain 1 whatever the head sizes) or "xavier" (earlier runs)
-    init_kv_gain: float = 1.0  # multiplies the init bound of W^K and W^V
-    init_heads: str = "independent"  # or "identical": every head of a layer starts as head 0 (head_init)
-    init_heads_noise: float = 0.0  # identical heads perturbed by this share of each projection's std
-    # The residual branches' output matrices (headsweep.model.residual_init): W^O's std times
-    # sqrt(init_wo_base / (h * d_v)) under init_wo "mup" (muP's output-weight init), then times init_wo_gain;
-    # the FFN's W_2 times init_ff2_gain. Gains 1 and "fan_in": the init every run before 2026-11-28 had; the
-    # default 1/sqrt(6) was chosen on the base's validation loss (conf/model/small.yaml, docs/init.md).
-    init_wo: str = "fan_in"
-    init_wo_base: int | None = None  # W^O's fan-in h * d_v in the sweep's base cell (init_wo mup needs it)
-    init_wo_gain: float = 0.4082482904638631
-    init_ff2_gain: float = 0.4082482904638631
-
-    def __post_init__(self):
-        if self.positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        for name in ("vocab_size", "d_model", "n_layers", "heads", "d_ff", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("dropout", "attn_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        try:
-            check_init(self.init, self.init_kv_gain)
-        except ValueError as e:
-            raise ValueError(f"model.{e}") from None
-        try:
-            check_residual_init(self.init_wo, self.init_wo_base, self.init_wo_gain, self.init_ff2_gain)
-        except ValueError as e:
-            raise ValueError(f"model.{e}") from None
-        self._check_heads()
-        try:
-            check_init_heads(self.init_heads, self.init_heads_noise, self.heads, self.fixed_heads)
-        except ValueError as e:
-            raise ValueError(f"model.{e}") from None
-
-    def _check_heads(self) -> None:
-        """kv_heads and fixed heads: one line naming the key for a value that cannot work."""
-        if self.kv_heads is not None:
-            try:
-                check_head_sharing(self.heads, self.kv_heads, 0)
-            except ValueError as e:
-                raise ValueError(f"model.{e}") from None
-        for kind, n in (self.fixed_heads or {}).items():
-            if kind not in FIXED_KINDS:
-                raise ValueError(
-                    f"model.fixed_heads.{kind}: fixed heads go in {' or '.join(FIXED_KINDS)} (positions "
-                    "within one sentence; cross-attention's queries and keys are two sentences)"
-                )
-            if not isinstance(n, int) or n < 0:
-                raise ValueError(f"model.fixed_heads.{kind}={n!r}: give a number of heads per layer, >= 0")
-            try:
-                check_head_sharing(self.heads, self.kv_heads, n)
-            except ValueError as e:
-                raise ValueError(f"model.fixed_heads.{kind}: {e}") from None
-        patterns = self.patterns()
-        for name in patterns:
-            try:
-                parse_pattern(name)
-            except ValueError as e:
-                raise ValueError(f"model.fixed_patterns: {e}") from None
-        for kind, n in (self.fixed_heads or {}).items():
-            if n > len(patterns):
-                raise ValueError(
-                    f"model.fixed_heads.{kind}={n} but model.fixed_patterns lists {len(patterns)} "
-                    "patterns: list one pattern per fixed head"
-                )
-            ahead = [p for p in patterns[:n] if parse_pattern(p)[0] in LOOKS_AHEAD]
-            if kind == "dec_self" and ahead:
-                raise ValueError(
-                    f"model.fixed_heads.dec_self: patterns {ahead} look at later tokens, which the "
-                    "decoder may not see: reorder model.fixed_patterns so its first "
-                    f"{n} use only cur, prev, leftN and first"
-                )
-
-    @property
-    def sizes(self) -> HeadSizes:
-        """d_k, d_v and kv_heads as the model uses them (null resolved: resolve_heads)."""
-        return resolve_heads(self.d_model, self.heads, self.d_k, self.d_v, self.kv_heads)
-
-    def patterns(self) -> tuple[str, ...]:
-        return tuple(DEFAULT_PATTERNS if self.fixed_patterns is None else self.fixed_patterns)
-
-    def fixed(self, kind: str) -> tuple[str, ...]:
-        """The patterns of the fixed heads of each layer of one attention kind (heads 0 .. n-1)."""
-        return self.patterns()[: (self.fixed_heads or {}).get(kind, 0)]
+from headsweep.model.attention import KVCache, MultiHeadAttention
+from headsweep.model.config import ATTENTION_KINDS, TransformerConfig, projection_heads
+from headsweep.model.head_init import apply_init_heads
+from headsweep.model.residual_init import scale_residual_outputs
 
 
 @dataclass
@@ -251,28 +86,11 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-def _attention(cfg: TransformerConfig, kind: str) -> MultiHeadAttention:
-    return MultiHeadAttention(
-        cfg.d_model,
-        cfg.heads,
-        cfg.d_k,
-        cfg.d_v,
-        dropout=cfg.attn_dropout,
-        impl=cfg.impl,
-        kernel=cfg.kernel,
-        head_dropout=cfg.head_dropout,
-        concrete_gates=cfg.concrete_gates,
-        kv_heads=cfg.kv_heads,
-        fixed=cfg.fixed(kind),
-        init=cfg.init,
-        init_kv_gain=cfg.init_kv_gain,
-    )
-
-
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.ff = _attention(cfg, "enc_self"), FeedForward(cfg.d_model, cfg.d_ff)
+        self.self_attn = MultiHeadAttention(cfg.attention("enc_self"))
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
@@ -284,7 +102,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn, self.cross_attn = _attention(cfg, "dec_self"), _attention(cfg, "cross")
+        self.self_attn = MultiHeadAttention(cfg.attention("dec_self"))
+        self.cross_attn = MultiHeadAttention(cfg.attention("cross"))
         self.ff = FeedForward(cfg.d_model, cfg.d_ff)
         self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)

@@ -18,10 +18,11 @@ from headsweep.reports.report_lr import choices, edge_section, split_grid_runs
 from headsweep.reports.report_stuck import gap_words
 from headsweep.reports.table3_paper import f
 from headsweep.sweeps.lr_select import LR_KEY
-from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, grid_words
+from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, chosen_gain, grid_words
 
 EARLIER, START = "earlier", "start"
-START_GAIN = 1 / math.sqrt(6)  # W^O's and W_2's init gain the base chose (init_scale; docs/init.md)
+START_GAIN = chosen_gain()  # W^O's and W_2's init gain the base chose (init_scale; docs/init.md)
+GAIN_WORDS = "1/√6 = 0.408" if abs(START_GAIN - 1 / math.sqrt(6)) < 1e-12 else f"{START_GAIN:.3g}"
 # What a run must have been trained with to count in a protocol's rows (the rest is named and left out).
 COMMON = {"model.init": "fan_in", "module.decay_by": "steps", "trainer.max_steps": 1150}
 PROTOCOLS = {
@@ -35,11 +36,11 @@ PROTOCOLS = {
         f"(widened past an edge that won), {SEEDS} seeds at it",
     },
     START: {
-        "title": "new start (gain 1/√6)",
+        "title": f"new start (gain {GAIN_WORDS.split(' = ')[0]})",
         "suffix": "_start",
         "gain": START_GAIN,
         "grid": False,  # the base chose its start, not its rate: one rate may serve every cell
-        "words": f"W^O and W_2 at init gain 1/√6 = {START_GAIN:.3f} (the start the base chose on validation), "
+        "words": f"W^O and W_2 at init gain {GAIN_WORDS} (the start the base chose on validation), "
         f"model.init fan_in, the learning rate decayed by the step alone, the {BUDGET} budget (1,150 steps), "
         f"{SEEDS} seeds",
     },

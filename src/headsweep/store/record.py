@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
 from headsweep.model import resolve_heads
+from headsweep.model.config import FIXED_KINDS
 from headsweep.model.patterns import DEFAULT_PATTERNS
-from headsweep.model.transformer import FIXED_KINDS
 
 RESULTS = "results.json"
 SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the store's record

@@ -26,7 +26,7 @@ import math
 import torch
 
 from headsweep.model import TransformerConfig
-from headsweep.model.attention import resolve_heads
+from headsweep.model.config import resolve_heads
 from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.sizes import model_of, shares_kv

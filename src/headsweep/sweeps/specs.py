@@ -16,7 +16,7 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.model.transformer import FIXED_KINDS
+from headsweep.model.config import FIXED_KINDS
 from headsweep.sizes import model_of, run_name, shares_kv
 from headsweep.sweeps.paper import ALIASES
 

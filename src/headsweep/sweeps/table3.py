@@ -46,15 +46,22 @@ STARTS = ("chosen", "unit")
 GAINS = ("model.init_wo_gain", "model.init_ff2_gain")
 
 
+def chosen_gain() -> float:
+    """The residual outputs' init gain the base chose on validation: the model's default (conf/model, docs/init.md)."""
+    from headsweep.model import TransformerConfig
+
+    default = TransformerConfig()
+    assert default.init_wo_gain == default.init_ff2_gain, "one chosen start: W^O's and W_2's default gains agree"
+    return default.init_wo_gain
+
+
 def start_overrides(start: str) -> tuple[str, list[str]]:
     """(sweep name suffix, overrides) of a starting scale: 'chosen' sets the residual outputs' gains to the model's
     defaults (the rows' specs pin 1, the start of their shipped runs), 'unit' keeps the specs' own."""
     if start == "unit":
         return "", []
-    from headsweep.model.transformer import TransformerConfig
-
-    default = TransformerConfig()
-    return "_start", [f"{GAINS[0]}={default.init_wo_gain!r}", f"{GAINS[1]}={default.init_ff2_gain!r}"]
+    gain = chosen_gain()
+    return "_start", [f"{GAINS[0]}={gain!r}", f"{GAINS[1]}={gain!r}"]
 
 
 def mixed_start(results: Path, name: str, overrides: list[str]) -> str | None:

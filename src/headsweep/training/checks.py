@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.model import Transformer, TransformerConfig
-from headsweep.model.transformer import FIXED_KINDS
+from headsweep.model.config import FIXED_KINDS
 from headsweep.sizes import model_sizes, run_name, shares_kv
 from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint

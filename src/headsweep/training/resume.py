@@ -32,7 +32,7 @@ from wandb.sdk.lib.runid import generate_id  # W&B's own id format
 
 from headsweep.data.hub import unreachable
 from headsweep.model import TransformerConfig
-from headsweep.model.transformer import OLD_DEFAULTS
+from headsweep.model.config import OLD_DEFAULTS
 from headsweep.training.runs import RESULTS, is_complete
 
 log = logging.getLogger(__name__)

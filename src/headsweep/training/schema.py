@@ -14,7 +14,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from headsweep.analysis.settings import ANALYSIS_SETTINGS
 from headsweep.data.datamodule import DATA_SETTINGS
-from headsweep.model.transformer import MODEL_SETTINGS
+from headsweep.model.config import MODEL_SETTINGS
 from headsweep.schema import Setting, choice, either, flag, integer, items, mapping, nullable, number, share, text
 from headsweep.training.callbacks import (
     BRANCH_POINTS_SETTINGS,

@@ -28,9 +28,9 @@ import json
 import torch
 
 from headsweep.model import Transformer, TransformerConfig
+from headsweep.model.config import ATTENTION_KINDS
 from headsweep.model.diagnostics import _sublayers, synthetic_batch
 from headsweep.model.lr_scaling import BASE_KEYS, lr_factors, param_groups, role
-from headsweep.model.transformer import ATTENTION_KINDS
 
 VOCAB = 1024  # the vocabulary planning builds with: the gains and ratios do not depend on it (diagnostics.ID_RANGE)
 STEPS = 10
