@@ -1,6 +1,7 @@
 """Bit-identical check for issue 71 (attention config refactor): forward + 3 Adam steps of tiny
 Transformers (fixed seed, CPU fp32), plus a convert_impl round trip of one layer. Saves every tensor.
 Usage: python bitcheck.py OUT.pt"""
+
 import sys
 
 import torch
@@ -33,7 +34,10 @@ for name, kw in CASES.items():
     net.train()
     for step in range(3):
         logits = net(src, tgt[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tgt[:, 1:].reshape(-1)) + 0.01 * net.expected_open_heads()
+        loss = (
+            torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tgt[:, 1:].reshape(-1))
+            + 0.01 * net.expected_open_heads()
+        )
         out[f"{name}/logits{step}"] = logits.detach().clone()
         opt.zero_grad()
         loss.backward()
