@@ -53,6 +53,17 @@ def tiny_overrides(out: Path | None, *extra: str) -> list[str]:
     return [*TINY, *paths, *extra]
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """A training with `threads` set calls torch.set_num_threads for the whole process: put it back after each
+    test, so a later test that reads torch's thread count (e.g. the tiny run's record) sees the session's."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """The one real training of `make test`: a finished run directory (TINY + TINY_RUN). Read it; copy it
