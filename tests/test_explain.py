@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import fake_run
-from headsweep.reports import explain
+from headsweep.reports.pages import explain
 
 
 def bleu_of(h, d_k, d_model):  # the truth the fit must recover, plus a seed effect that averages out

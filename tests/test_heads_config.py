@@ -184,7 +184,7 @@ def test_spec_comment_counts_are_current():
 @needs_data
 def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     from headsweep.bench.decode_speed import decode_speed
-    from headsweep.reports.report_table import decode_speed_columns as report_columns
+    from headsweep.reports.sweep.table import decode_speed_columns as report_columns
 
     record = decode_speed(
         "kv_heads", tmp_path / "results", tmp_path / "multirun", sentences=2, beam=2, precision="32-true"

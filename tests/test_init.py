@@ -350,7 +350,7 @@ def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
 
 
 def test_the_report_section_shows_row_b_s_confound_from_the_shipped_runs():
-    from headsweep.reports.cells import group_cells, load_runs
+    from headsweep.reports.sweep.cells import group_cells, load_runs
     from headsweep.sweeps.init_check import init_check_section
 
     runs, _ = load_runs(SWEEPS_DIR.parent / "results" / "table3_b", "table3_b")

@@ -13,7 +13,7 @@ from sacrebleu.significance import PairedTest
 from conftest import write_results
 from headsweep.config import compose
 from headsweep.reports import build as B
-from headsweep.reports import report as R
+from headsweep.reports.sweep import page as R
 
 REFS = [
     "a man is riding a red bike down the street .",
@@ -270,7 +270,7 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
 
 
 def test_holm_adjustment_by_hand():
-    from headsweep.reports.significance import holm
+    from headsweep.reports.sweep.significance import holm
 
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> monotone: 0.06
     assert holm([0.01, 0.04, 0.03, 0.005, None]) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
@@ -314,7 +314,7 @@ def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
         if h in curves:
             write_curve(run, curves[h])
     cells, _, _ = rows_by_label(sweep_dir)
-    from headsweep.reports.report_plots import cell_curve
+    from headsweep.reports.sweep.plots import cell_curve
 
     base = next(c for c in cells if c.base)
     assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 30.0], [0.0, 0.0])
@@ -420,7 +420,7 @@ def test_val_loss_falling_throughout_is_one_line_for_all_runs(sweep_dir, tmp_pat
 
 
 def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validations(sweep_dir):
-    from headsweep.reports.cells import val_loss_rises
+    from headsweep.reports.sweep.cells import val_loss_rises
 
     runs, _ = R.load_runs(sweep_dir / "table3_a")
     assert all(val_loss_rises(r) is None for r in runs)  # the fixture's CSVs have no validation rows
@@ -457,7 +457,7 @@ def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_
 
 
 def test_p_values_below_three_decimals_print_as_a_bound_not_as_zero():
-    from headsweep.reports.report_table import fmt_p, p_words
+    from headsweep.reports.sweep.table import fmt_p, p_words
 
     assert [fmt_p(p) for p in (0.0004, 0.0005, 0.012)] == ["< 0.001", "0.001", "0.012"]
     assert p_words(0.0001) == "p < 0.001" and p_words(0.03) == "p = 0.030"
@@ -599,8 +599,8 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
 
 
 def test_no_p_value_below_0001_prints_as_zero():
-    from headsweep.reports import budget
-    from headsweep.reports import compare as C
+    from headsweep.reports.pages import budget
+    from headsweep.reports.pages import compare as C
 
     assert budget.p_text(2e-5) == "< 0.001" and budget.p_text(0.0123) == "0.012"
     found = [
@@ -622,7 +622,7 @@ def seed_cell(label: str, seeds: int, base: bool = False, **flat):
     """A cell for the plots alone: its runs' settings and the report's numbers."""
     from types import SimpleNamespace
 
-    from headsweep.reports.cells import Cell
+    from headsweep.reports.sweep.cells import Cell
 
     runs = [SimpleNamespace(flat=flat, base=base, seed=s) for s in range(1, seeds + 1)]
     ys = [30.0 + flat.get("model.heads", 1) / 10 + s / 5 for s in range(seeds)]
@@ -660,7 +660,7 @@ KEYS = ["model.d_model", "model.d_ff", "model.heads", "model.d_k", "model.d_v", 
 
 
 def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     fig, caption = P.bleu_figure("heads_by_width", heads_by_width_cells(), KEYS)
     ax = fig.axes[0]
@@ -674,7 +674,7 @@ def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
 
 
 def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     keys = ["model.init", "module.decay_by"]
     cells = [
@@ -696,7 +696,7 @@ def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
 
 
 def test_params_plot_labels_do_not_overlap():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     fig, _ = P.params_figure("heads_by_width", heads_by_width_cells())
     fig.canvas.draw()
@@ -716,8 +716,8 @@ def test_params_plot_labels_do_not_overlap():
 
 
 def test_plots_of_one_seed_per_cell_do_not_claim_a_mean_over_seeds(tmp_path):
-    from headsweep.reports import compare as C
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.pages import compare as C
+    from headsweep.reports.sweep import plots as P
     from test_compare import analysis, write_runs
 
     groups = write_runs(tmp_path, {"a": [analysis(0.0)], "b (base)": [analysis(0.1)]})
@@ -737,7 +737,7 @@ def test_a_one_seed_figure_says_so_and_spans_the_seed_noise():
     """One seed per cell: "(1 seed)" in the title, a y-range at least 4 seed sds wide (the sd measured on the
     cells with 3 seeds: report_plots.seed_spread) and the base's ± 1 sd shaded, so two cells 0.3 BLEU apart
     do not fill the plot as an effect would."""
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     cells = [
         seed_cell(f"h{h}", 1, base=h == 8, **{"model.heads": h, "model.d_k": 256 // h, "model.d_v": 256 // h})

@@ -53,9 +53,11 @@ def test_imports_flow_one_way(package):
 
 def test_the_check_sees_an_import_in_the_wrong_direction(tmp_path, monkeypatch):
     (tmp_path / "sweeps").mkdir()
-    (tmp_path / "sweeps" / "bad.py").write_text("from headsweep.reports.cells import Cell\nimport headsweep.store\n")
+    (tmp_path / "sweeps" / "bad.py").write_text(
+        "from headsweep.reports.sweep.cells import Cell\nimport headsweep.store\n"
+    )
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     assert wrong_imports("sweeps", ("reports",)) == [
-        "sweeps/bad.py imports headsweep.reports.cells",
-        "sweeps/bad.py imports headsweep.reports.cells.Cell",
+        "sweeps/bad.py imports headsweep.reports.sweep.cells",
+        "sweeps/bad.py imports headsweep.reports.sweep.cells.Cell",
     ]

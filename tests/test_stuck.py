@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from headsweep.reports import build as B
-from headsweep.reports import report as R
-from headsweep.reports import report_stuck as S
-from headsweep.reports.report_convergence import last_third_share
+from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import stuck as S
+from headsweep.reports.sweep.convergence import last_third_share
 from test_report import CELLS, REFS, make_run, write_curve
 
 # Val loss at the validation nearest 40% of max_steps 800 (step 400: 320 is 80 from it, 120 from 200), and the

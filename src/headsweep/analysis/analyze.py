@@ -28,7 +28,7 @@ which is where the time goes: see `--max-sentences` and `--step` in --help.
 
 Writes <run>/analysis/{analysis.md, analysis.json, *.png}, logs the same to a W&B run (job_type
 "analysis", offline unless WANDB_MODE says otherwise) and prints a summary.
-reports/compare.py compares the analyses of a head-dropout sweep's runs (`make report`).
+reports/pages/compare.py compares the analyses of a head-dropout sweep's runs (`make report`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The analysis of one model in words and tables: analysis.md and the printed summary (the comparison
-across a sweep's analysed runs is reports/compare.py)."""
+across a sweep's analysed runs is reports/pages/compare.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Packing the shipped runs and proving every number unchanged (headsweep.store.pack does the packing; this
-module re-scores with sacreBLEU against the references, which the reports read, so it sits with them).
+module re-scores with sacreBLEU against the references, read as the reports read them: store.references).
 
-    python -m headsweep.reports.results_check migrate [--results results]   # make migrate-results
-    python -m headsweep.reports.results_check check [--results results]     # make results-check
+    python -m headsweep.store.results_check migrate [--results results]   # make migrate-results
+    python -m headsweep.store.results_check check [--results results]     # make results-check
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from headsweep.data import DataError
 from headsweep.data.files import read_lines
 from headsweep.store import RESULTS, RUNS, read_record
 from headsweep.store.pack import (
@@ -32,6 +33,7 @@ from headsweep.store.pack import (
     tree_bytes,
     unpacked,
 )
+from headsweep.store.references import references
 
 # -- reading --------------------------------------------------------------------------------------------------
 
@@ -42,19 +44,18 @@ from headsweep.store.pack import (
 def rescore(run_dir: Path) -> list[tuple[str, float, float, float, float]]:
     """(hypotheses name, stored BLEU, re-scored BLEU, stored chrF, re-scored chrF) of every test hypothesis
     file the record scores (results.json `scores`) that the store keeps, read through hypothesis_file, scored
-    with sacreBLEU against the run's references (reports.significance.references: the file the run names,
+    with sacreBLEU against the run's references (store.references: the file the run names,
     else its data.dir). Greedy hypotheses beside beam ones are not kept (store.pack.beside_beam): their
     score is not re-scored; any other missing file is an error."""
     from sacrebleu.metrics import BLEU, CHRF
 
-    from headsweep.reports.cells import as_run
-    from headsweep.reports.significance import references
-
     record = read_record(run_dir)
     if record is None or not record.complete:
         return []
-    run = as_run(Path(run_dir), record.as_dict())
-    refs = references(run)
+    try:
+        refs = references(record.as_dict(), Path(run_dir).name)
+    except DataError as e:  # one line, as every other problem of the check
+        raise PackError(f"{run_dir}: {e}") from None
     out = []
     for name, score in sorted((record.raw.get("scores") or {}).items()):
         listed = (record.raw.get("hypotheses") or {}).get(name)

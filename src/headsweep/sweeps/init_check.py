@@ -239,7 +239,7 @@ def _init_text(flat: dict) -> str:
 
 
 def init_check_section(cells) -> str:
-    """The report's section (cells: headsweep.reports.cells.Cell, base first): each cell's check, from its
+    """The report's section (cells: headsweep.reports.sweep.cells.Cell, base first): each cell's check, from its
     first run (seed 1 where it has one)."""
     labels, flats, checks = [], [], []
     for c in cells:

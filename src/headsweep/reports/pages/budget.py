@@ -2,7 +2,7 @@
 cell of a sweep trained longer (heads_budget_2x: 2,300 steps) beside the same cell at the shorter budget
 (1x) found in other sweeps, its gap to the base cell at both budgets, and the change in that gap.
 
-    python -m headsweep.reports.budget --sweep heads_budget_2x [--against heads_budget_1x,table3_a,...]
+    python -m headsweep.reports.pages.budget --sweep heads_budget_2x [--against heads_budget_1x,table3_a,...]
                                            [--root results] [--out reports]
 
 Without --against, the 1x cells are looked for in every other sweep the store shows under --root (a run two
@@ -23,9 +23,9 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
-from headsweep.reports.cells import Cell, ReportError, group_cells, load_runs
-from headsweep.reports.report_plots import cell_curve
-from headsweep.reports.report_table import display, fmt
+from headsweep.reports.sweep.cells import Cell, ReportError, group_cells, load_runs
+from headsweep.reports.sweep.plots import cell_curve
+from headsweep.reports.sweep.table import display, fmt
 from headsweep.store import settings_diff
 
 # What may differ between a cell and its 1x cell: the budget, and the precision (the shipped 1x sweeps ran

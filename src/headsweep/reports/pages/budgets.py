@@ -1,7 +1,7 @@
 """Verdicts across budgets (issue 68): each cell's gap to the base at 1x, 2x and 4x the steps, read from the
 cooldown branches of `make budgets` (one constant-rate trunk per cell and seed, branches cooled down from it).
 
-    python -m headsweep.reports.budgets [--sweeps a_budgets,b_budgets] [--root results] [--out reports]
+    python -m headsweep.reports.pages.budgets [--sweeps a_budgets,b_budgets] [--root results] [--out reports]
     make budgets-report [SWEEPS=..]
 
 Per cell and budget: test BLEU (beam 4) and final val loss minus the base's at that budget, with a 95% interval over
@@ -28,10 +28,10 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd
-from headsweep.reports import budgets_runs as R
-from headsweep.reports.cells import Cell as RunCell
-from headsweep.reports.cells import ReportError
-from headsweep.reports.report_plots import cell_curve
+from headsweep.reports.pages import budgets_runs as R
+from headsweep.reports.sweep.cells import Cell as RunCell
+from headsweep.reports.sweep.cells import ReportError
+from headsweep.reports.sweep.plots import cell_curve
 
 HEAD = "Verdicts across budgets: each cell against the base at several multiples of the steps"
 METHOD = (

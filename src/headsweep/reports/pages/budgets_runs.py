@@ -1,4 +1,4 @@
-"""What the budgets page (reports.budgets) reads and computes: the trunks and cooldown branches of `make budgets`
+"""What the budgets page (reports.pages.budgets) reads and computes: the trunks and cooldown branches of `make budgets`
 sweeps (results/<sweep>_budgets/), grouped into cells across budgets and sweeps, each cell's gap to the base at each
 budget with its interval over seeds, the verdict words, Kendall's tau of the cells' order between budgets, the base's
 1x branch against its linear-decay 1x run, and what the plan has not delivered yet. Reads only the runs' results.json
@@ -15,7 +15,7 @@ from pathlib import Path
 from scipy.stats import kendalltau
 
 from headsweep.reporting.stats import difference_interval, mean_sd
-from headsweep.reports.cells import Run, as_run
+from headsweep.reports.sweep.cells import Run, as_run
 from headsweep.store import (
     RUNS,
     CorruptRecord,
@@ -38,7 +38,7 @@ SCHEDULE_KEYS = ("module.schedule", "module.decay_fraction", "module.cooldown", 
 
 @dataclass
 class Branch:
-    run: Run  # as reports.cells reads a run (learning_curve, metrics CSV)
+    run: Run  # as reports.sweep.cells reads a run (learning_curve, metrics CSV)
     sweep: str
     cell: str  # the view's cell part: <cell>-<k>x-<shape>-s<seed> less the budget, shape and seed
     budget: float  # multiple of base_steps

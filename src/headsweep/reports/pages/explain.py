@@ -8,7 +8,7 @@ on the runs (seeds as replicates of their cell), with 95% confidence intervals; 
 different precisions (a sweep never mixes them) the fit adds an offset for bf16 rather than assume none.
 The fit is repeated with each cell left out in turn, to show how far one cell moves each coefficient.
 
-    python -m headsweep.reports.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
+    python -m headsweep.reports.pages.explain [--sweeps table3_a,table3_b,heads_fixed_dk,heads_by_width]
                                             [--root results] [--out reports]
 
 It also answers "how does the best h change with model size": at each d_model, row A's cells there (d_k =
@@ -40,7 +40,7 @@ from headsweep.reporting.markdown import figure as md_figure
 from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
-from headsweep.reports.cells import ReportError, load_runs
+from headsweep.reports.sweep.cells import ReportError, load_runs
 from headsweep.sizes import model_of, shares_kv
 from headsweep.store import RUNS, flatten_config, model_key
 

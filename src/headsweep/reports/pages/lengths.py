@@ -14,7 +14,7 @@ all seeds of a sentence together, base and cell alike: sacreBLEU's per-sentence 
 contrast of a sweep shares its base's numbers, so read a narrow cell's contrast beside those of the wide-head
 cells (d_k >= 32), whose heads no sentence here outgrows.
 
-    python -m headsweep.reports.lengths --sweeps table3_a,table3_b [--root results] [--out reports]
+    python -m headsweep.reports.pages.lengths --sweeps table3_a,table3_b [--root results] [--out reports]
 
 Reads results/ and the corpus the runs name (the source side of the test split, cut into subwords by the
 runs' own tokenizer, rebuilt from the training data where it is not cached).
@@ -33,9 +33,9 @@ from headsweep.data import DataError, TranslationDataModule
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import first_heading, with_back_link
-from headsweep.reports.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
-from headsweep.reports.report_table import fmt_p
-from headsweep.reports.significance import read_text_lines, references, run_data_dir
+from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
+from headsweep.reports.sweep.significance import read_text_lines, references, run_data_dir
+from headsweep.reports.sweep.table import fmt_p
 
 BUCKETS = ((1, 8), (9, 16), (17, None))  # source subwords: within d_k = 8, within 16, beyond 16
 SPLITS = (8, 16)  # the contrasts' k: the narrow cells' d_k

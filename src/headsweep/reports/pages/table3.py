@@ -1,10 +1,10 @@
 """Table 3 as the paper lays it out, every cell beside the paper's, under the earlier protocol and the new start:
 `make table3-report`.
 
-    python -m headsweep.reports.table3 [--root results] [--out reports] [--paper CSV] [--suffix _h100]
+    python -m headsweep.reports.pages.table3 [--root results] [--out reports] [--paper CSV] [--suffix _h100]
         [--readme README.md]
 
-Writes reports/table3.json (every verdict, computed once: table3_record, by headsweep.reports.verdicts's
+Writes reports/table3.json (every verdict, computed once: table3_record, by headsweep.reports.pages.verdicts's
 rule), then renders from it reports/table3.md, .html and table3.png (table3_page) and the index's and README's
 answers (reports/index.*, README.md's answers block: questions.answer_text); with --suffix, table3_<card>.*
 alone. Reads only what runs wrote (results/<sweep>/, the sweeps of headsweep.sweeps.table3.ROWS: `<sweep>` for
@@ -24,17 +24,17 @@ from pathlib import Path
 from headsweep.data.files import atomic_write
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import with_back_link
-from headsweep.reports.cells import ReportError
-from headsweep.reports.table3_page import markdown, plot
-from headsweep.reports.table3_paper import PAPER_CSV, read_paper
-from headsweep.reports.table3_record import record
-from headsweep.reports.table3_rows import PROTOCOLS, rows
+from headsweep.reports.pages.table3_page import markdown, plot
+from headsweep.reports.pages.table3_paper import PAPER_CSV, read_paper
+from headsweep.reports.pages.table3_record import record
+from headsweep.reports.pages.table3_rows import PROTOCOLS, rows
+from headsweep.reports.sweep.cells import ReportError
 
 
 def build(root: Path, paper: list[dict], suffix: str = "", pool: dict | None = None) -> dict:
     """The record (reports/table3.json's content) of every row under each protocol. pool: report.early_pool(root)
     where the caller has it (the stuck threshold and each run's one reference)."""
-    from headsweep.reports.report import early_pool
+    from headsweep.reports.sweep.page import early_pool
 
     if not root.is_dir():
         raise ReportError(f"no results at {root}: pass --root DIR (the folder holding results/<sweep>/)")
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=None, help=argparse.SUPPRESS)  # accepted, unused
     args = parser.parse_args(argv)
     try:
-        from headsweep.reports import questions as Q
-        from headsweep.reports.report_site import write_index
+        from headsweep.reports.site import questions as Q
+        from headsweep.reports.site.index import write_index
 
         questions = Q.load(root=args.root)  # checked before any page is written
         paths = write(args.root, args.out, args.paper, args.suffix)

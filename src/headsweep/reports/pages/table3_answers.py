@@ -4,7 +4,7 @@ that render answers need not import the page builders."""
 
 from __future__ import annotations
 
-from headsweep.reports import verdicts as V
+from headsweep.reports.pages import verdicts as V
 from headsweep.sweeps.table3 import ROWS
 
 NOT_RUN = "not run yet"

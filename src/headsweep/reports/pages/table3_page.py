@@ -9,9 +9,9 @@ from pathlib import Path
 
 from headsweep.reporting.markdown import figure, fmt_p
 from headsweep.reporting.markdown import table as markdown_table
-from headsweep.reports.table3_paper import f, setting_strings
-from headsweep.reports.table3_record import NOT_RUN
-from headsweep.reports.verdicts import interval_text
+from headsweep.reports.pages.table3_paper import f, setting_strings
+from headsweep.reports.pages.table3_record import NOT_RUN
+from headsweep.reports.pages.verdicts import interval_text
 from headsweep.sweeps.table3 import ROWS
 
 ROW_COLOURS = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green", "D": "tab:red", "E": "tab:purple"}

@@ -1,6 +1,6 @@
 """Table 3's page, the paper's side: its rows from the CSV, each of our cells matched to the paper's cell with the
 same settings (sizes relative to each base: our d_model 128 at 256 is the paper's 256 at 512), the paper's cells
-none of ours matches, and a cell's short name ('N 4', 'P_drop 0.2'). Used by headsweep.reports.table3."""
+none of ours matches, and a cell's short name ('N 4', 'P_drop 0.2'). Used by headsweep.reports.pages.table3."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import csv
 import math
 from pathlib import Path
 
-from headsweep.reports.cells import ReportError
-from headsweep.reports.report import SIZES, paper_row, settings
+from headsweep.reports.sweep.cells import ReportError
+from headsweep.reports.sweep.page import SIZES, paper_row, settings
 from headsweep.sweeps.paper import FLOAT_COLUMNS, INT_COLUMNS
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "resources" / "vaswani2017_table3.csv"

@@ -5,10 +5,9 @@ Table 3 questions: `answer_line`). The page itself (table3_page) renders from th
 
 from __future__ import annotations
 
-from headsweep.reports import verdicts as V
-from headsweep.reports.report import settings
-from headsweep.reports.table3_answers import NOT_RUN, answer_line, counts_text  # noqa: F401 (re-exported)
-from headsweep.reports.table3_paper import (
+from headsweep.reports.pages import verdicts as V
+from headsweep.reports.pages.table3_answers import NOT_RUN, answer_line, counts_text  # noqa: F401 (re-exported)
+from headsweep.reports.pages.table3_paper import (
     SETTING_COLUMNS,
     match,
     ours_of,
@@ -16,7 +15,8 @@ from headsweep.reports.table3_paper import (
     paper_cells,
     short_name,
 )
-from headsweep.reports.table3_rows import EARLIER, PROTOCOLS, START, notes, rate_text
+from headsweep.reports.pages.table3_rows import EARLIER, PROTOCOLS, START, notes, rate_text
+from headsweep.reports.sweep.page import settings
 from headsweep.sweeps.table3 import ROWS, SEEDS
 
 
@@ -189,7 +189,7 @@ def record(by_protocol: dict, paper: list[dict]) -> dict:
                 "notes": notes(info, names),
             }
     return {
-        "what": "Table 3's verdicts, computed once by `make table3-report` (headsweep.reports.table3); the table "
+        "what": "Table 3's verdicts, computed once by `make table3-report` (headsweep.reports.pages.table3); the table "
         "page, the index, README's answers and sweeps/_questions.yaml's Table 3 answers render them from here",
         "rule": V.RULE,
         "margins": {

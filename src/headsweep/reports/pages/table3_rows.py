@@ -1,6 +1,6 @@
 """Table 3's page, our side: a row's runs under one protocol (the earlier one at unit gain, or the new start),
 its cells, their stuck runs (report.stuck_runs: the one rule every page uses), and what the page says about the
-row beside its verdicts (convergence, grid edges, runs left out). Used by headsweep.reports.table3.
+row beside its verdicts (convergence, grid edges, runs left out). Used by headsweep.reports.pages.table3.
 
 A row's sweeps are those of headsweep.sweeps.table3.ROWS under the protocol's suffix ('' or '_start'). A row is
 the CPU's sweeps unless only a card finished it (<sweep>_<card>, every run on a GPU): then every cell of it, its
@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from headsweep.reports import report_convergence
-from headsweep.reports.cells import Cell, group_cells, load_runs
-from headsweep.reports.report import cell_numbers, stuck_runs
-from headsweep.reports.report_lr import choices, edge_section, split_grid_runs
-from headsweep.reports.report_stuck import gap_words
-from headsweep.reports.table3_paper import f
+from headsweep.reports.pages.table3_paper import f
+from headsweep.reports.sweep import convergence as report_convergence
+from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
+from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
+from headsweep.reports.sweep.page import cell_numbers, stuck_runs
+from headsweep.reports.sweep.stuck import gap_words
 from headsweep.sweeps.lr_select import LR_KEY
 from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, chosen_gain, grid_words
 

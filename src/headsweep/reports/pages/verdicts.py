@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from headsweep.machine import run_class
 from headsweep.reporting.markdown import fmt_p
 from headsweep.reporting.stats import holm
-from headsweep.reports.cells import ReportError
+from headsweep.reports.sweep.cells import ReportError
 
 EFFECT = 0.5
 EQUIVALENT = 1.0

@@ -1,6 +1,6 @@
 """Look at the report site as a reader does. One line per problem; exit 1 when there is one.
 
-    python -m headsweep.reports.report_check [reports] [--screenshots docs/img] [--no-browser]
+    python -m headsweep.reports.site.check [reports] [--screenshots docs/img] [--no-browser]
 
 The site, read from the HTML files (no browser needed; pure functions on what the pages hold, so each is
 tested on tiny pages): every page is reachable by links from index.html and links back to it; no p-value

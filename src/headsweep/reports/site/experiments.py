@@ -12,9 +12,9 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from headsweep.reports.cells import Cell, Run
-from headsweep.reports.report_protocol import rate_text
-from headsweep.reports.report_table import fmt, reader_name
+from headsweep.reports.sweep.cells import Cell, Run
+from headsweep.reports.sweep.protocol import rate_text
+from headsweep.reports.sweep.table import fmt, reader_name
 from headsweep.store import experiment_settings
 from headsweep.training.runs import RESULTS
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
-from headsweep.reports import questions as Q
-from headsweep.reports import report_index
-from headsweep.reports.cells import Cell
-from headsweep.reports.report_table import anchor
+from headsweep.reports.site import experiments as report_index
+from headsweep.reports.site import questions as Q
+from headsweep.reports.sweep.cells import Cell
+from headsweep.reports.sweep.table import anchor
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
 from headsweep.store.pack import metrics_file, open_text
 

@@ -6,7 +6,7 @@ index, the banners and the README cannot disagree. A question with `verdicts:` (
 verdicts after its answer wherever it is shown, rendered from reports/table3.json (table3_answers.answer_line); its
 own answer may not word a verdict, so no verdict word is written by hand.
 
-    python -m headsweep.reports.questions --readme README.md [--check]
+    python -m headsweep.reports.site.questions --readme README.md [--check]
 
 Bad input (a sweep that does not exist, a superseded_by naming no page of its question, a cycle of
 superseded_by, an answer longer than a README line) fails in one line (ReportError) before a page is written.
@@ -25,13 +25,13 @@ import yaml
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
 from headsweep.reporting.html import slug
-from headsweep.reports.cells import ReportError
+from headsweep.reports.sweep.cells import ReportError
 from headsweep.sweeps.specs import SWEEPS_DIR, SweepError, sweep_names
 
 QUESTIONS = SWEEPS_DIR / "_questions.yaml"
 STATUSES = ("answered", "running", "not run yet")
 MAX_WORDS = 30  # one README line
-TABLE3_JSON = "table3.json"  # reports/table3.json: Table 3's verdicts, computed once (headsweep.reports.table3)
+TABLE3_JSON = "table3.json"  # reports/table3.json: Table 3's verdicts, computed once (headsweep.reports.pages.table3)
 VERDICT_ROWS = ("all", "A", "B", "C", "D", "E")  # a question's `verdicts:`: every row's counts, or one row's cells
 # a Table 3 verdict in words: only the line rendered from table3.json may say one
 VERDICT_WORDS = re.compile(r"\b(agree|agrees|disagree|disagrees|inconclusive|comparable|hold|holds|do not)\b", re.I)
@@ -130,7 +130,7 @@ def supersedes_cycle(evidence: list[dict]) -> list[str] | None:
 
 def verdict_line(q: dict, reports: Path) -> str | None:
     """The question's verdicts rendered from reports/table3.json; None for a question without `verdicts:`."""
-    from headsweep.reports.table3_answers import answer_line
+    from headsweep.reports.pages.table3_answers import answer_line
 
     if q.get("verdicts") is None:
         return None

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.reports.cells import Cell
+from headsweep.reports.sweep.cells import Cell
 from headsweep.sweeps.specs import SweepError, available, load_spec, spec_seeds, spec_source, split_parameters
 
 

@@ -20,7 +20,7 @@ import statistics
 
 import numpy as np
 
-from headsweep.reports.cells import Cell, Run, learning_curve
+from headsweep.reports.sweep.cells import Cell, Run, learning_curve
 
 NOT_CONVERGED_SHARE = 0.10
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from headsweep import store
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.plots import pyplot, save_figure
-from headsweep.reports.cells import Cell, Run, learning_curve
-from headsweep.reports.report_table import display
+from headsweep.reports.sweep.cells import Cell, Run, learning_curve
+from headsweep.reports.sweep.table import display
 from headsweep.sweeps.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
 from headsweep.sweeps.reuse import finished_runs
 

@@ -30,18 +30,20 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
-from headsweep.reports import questions as Q
-from headsweep.reports import report_convergence, report_stuck
-from headsweep.reports.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
-from headsweep.reports.compare import report_section
-from headsweep.reports.report_complete import incomplete
-from headsweep.reports.report_index import run_identity
-from headsweep.reports.report_lr import lr_section, split_grid_runs
-from headsweep.reports.report_plots import learning_curves, plots, seed_spread
-from headsweep.reports.report_protocol import protocol_lines, start_banner
-from headsweep.reports.report_similarity import similarity_curves
-from headsweep.reports.report_site import index_record
-from headsweep.reports.report_table import (
+from headsweep.reports.pages.compare import report_section
+from headsweep.reports.site import questions as Q
+from headsweep.reports.site.experiments import run_identity
+from headsweep.reports.site.index import index_record
+from headsweep.reports.sweep import convergence as report_convergence
+from headsweep.reports.sweep import stuck as report_stuck
+from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.sweep.complete import incomplete
+from headsweep.reports.sweep.lr import lr_section, split_grid_runs
+from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
+from headsweep.reports.sweep.protocol import protocol_lines, start_banner
+from headsweep.reports.sweep.significance import paired_bootstrap
+from headsweep.reports.sweep.similarity import similarity_curves
+from headsweep.reports.sweep.table import (
     cell_details,
     decode_speed_columns,
     display,
@@ -54,7 +56,6 @@ from headsweep.reports.report_table import (
     table,
     varies,
 )
-from headsweep.reports.significance import paired_bootstrap
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS
 from headsweep.store.pack import analysis_file

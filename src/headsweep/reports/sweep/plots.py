@@ -8,9 +8,9 @@ import statistics
 from pathlib import Path
 
 from headsweep.reporting.plots import pyplot, save_figure
-from headsweep.reports.cells import Cell, group_cells, learning_curve, load_runs
-from headsweep.reports.report_lr import split_grid_runs
-from headsweep.reports.report_table import display, reader_name, varies
+from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs
+from headsweep.reports.sweep.lr import split_grid_runs
+from headsweep.reports.sweep.table import display, reader_name, varies
 from headsweep.sweeps.specs import label_part
 
 

@@ -6,7 +6,7 @@ a page that cannot say how its numbers were made is not written at all."""
 
 from __future__ import annotations
 
-from headsweep.reports.cells import Cell, ReportError, Run
+from headsweep.reports.sweep.cells import Cell, ReportError, Run
 from headsweep.sweeps.specs import SweepError, sweep_names
 
 # (the words, the dotted key of the run's config): each must be recorded by every run

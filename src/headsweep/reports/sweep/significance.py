@@ -4,20 +4,18 @@ seeds and Kendall's tau are in headsweep.reporting.stats (the analysis compariso
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from headsweep.config import CONF_DIR, compose
-from headsweep.data import DataError, read_lines, split_files
-from headsweep.data.joining import join_lines
+from headsweep.data import DataError, read_lines
 
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
-from headsweep.reports.cells import Cell, ReportError, Run, hypotheses_path
-from headsweep.store import local_path
+from headsweep.reports.sweep.cells import Cell, ReportError, Run, hypotheses_path
+from headsweep.store.references import configured_data_dir, run_data_dir  # noqa: F401 (read here by lengths, tests)
+from headsweep.store.references import references as stored_references
 
 
 def read_text_lines(path: Path) -> list[str]:
@@ -28,38 +26,13 @@ def read_text_lines(path: Path) -> list[str]:
         raise ReportError(str(e)) from None
 
 
-def run_data_dir(data: dict) -> Path:
-    """A run's data.dir; a relative one that is not there from here is relative to where `make sweep` ran:
-    the repository. Where that checkout's corpus is not on this machine (a record names no machine's
-    directories: a run trained on a copy in <checkout>/.data/multi30k), the corpus this checkout is
-    configured with (conf/data: data.dir), the same files by name."""
-    data_dir = Path(data["dir"])
-    if data_dir.is_absolute() or data_dir.is_dir():
-        return data_dir
-    return CONF_DIR.parent / data_dir if (CONF_DIR.parent / data_dir).is_dir() else configured_data_dir()
-
-
-@functools.cache
-def configured_data_dir() -> Path:
-    configured = Path(compose([]).data.dir)
-    return configured if configured.is_absolute() else CONF_DIR.parent / configured
-
-
 def references(run: Run) -> list[str]:
-    """The test references as the run saw them: its data.dir/test_split.tgt_lang[.gz], cut at limit_eval, and
-    joined data.join lines at a time as its examples were (data.joining; a run from before the setting: 1)."""
-    data = run.results["config"]["data"]
-    split = data["test_split"]
-    listed = run.results.get("references", {}).get(split)
-    if listed and local_path(listed).is_file():
-        path = local_path(listed)
-    else:
-        try:
-            path = split_files(run_data_dir(data), split, data["tgt_lang"])
-        except DataError as e:
-            raise ReportError(f"references of {run.dir.name}: {e}") from None
-    lines = read_text_lines(path)
-    return join_lines(lines[: data["limit_eval"]] if data.get("limit_eval") else lines, data.get("join", 1))
+    """The test references as the run saw them (store.references: the file the run names, else its data.dir,
+    cut at limit_eval, joined data.join lines at a time)."""
+    try:
+        return stored_references(run.results, run.dir.name)
+    except DataError as e:
+        raise ReportError(str(e)) from None
 
 
 def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:

@@ -14,8 +14,8 @@ import statistics
 from pathlib import Path
 
 from headsweep.reporting.plots import pyplot, save_figure
-from headsweep.reports.cells import Cell, Run, metrics_csv
-from headsweep.reports.report_table import display
+from headsweep.reports.sweep.cells import Cell, Run, metrics_csv
+from headsweep.reports.sweep.table import display
 from headsweep.store.pack import open_text
 
 KINDS = (("enc_self", "encoder self"), ("dec_self", "decoder self"), ("cross", "cross"))

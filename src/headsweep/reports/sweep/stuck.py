@@ -41,8 +41,8 @@ from scipy.stats import pearsonr
 
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import mean_sd
-from headsweep.reports.cells import Cell, Run, learning_curve
-from headsweep.reports.report_table import display, fmt
+from headsweep.reports.sweep.cells import Cell, Run, learning_curve
+from headsweep.reports.sweep.table import display, fmt
 
 EARLY_SHARE = 0.4  # of trainer.max_steps: where a stuck run's plateau shows and a normal run has left it
 FLOOR_SPREADS = 5  # gaps count only this many seed sds above the base
@@ -142,7 +142,7 @@ def same_rate_references(cells: list[Cell], references: dict[str, Cell], grid_ru
     it has some: its seeds there, else its learning-rate grid run there (every LR-grid sweep has one per rate).
     Such a reference is named '<cell> at lr <v>'; without runs at the rate the reference stays the cell at its
     own rate, named '<cell> (at lr <its rate>; none at <v>)'. A cell at the reference's own rate keeps it."""
-    from headsweep.reports.report_lr import grid_cell  # report_lr imports the sweep planning: only here
+    from headsweep.reports.sweep.lr import grid_cell  # report_lr imports the sweep planning: only here
 
     out = {}
     for c in cells:

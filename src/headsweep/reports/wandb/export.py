@@ -2,7 +2,7 @@
 (each run once, however many sweeps show it) into an ignored folder, and `wandb sync` then puts them in a
 user's own project, to compare in W&B's dashboard.
 
-    python -m headsweep.reports.wandb_export [--root results] [--out wandb-export] [--project headsweep-reference]
+    python -m headsweep.reports.wandb.export [--root results] [--out wandb-export] [--project headsweep-reference]
         [--sweeps a,b]
 
 Each W&B run carries the run's resolved config as a training run logs it (results.json's, d_k and d_v as the
@@ -28,8 +28,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from headsweep.reports import questions as Q
-from headsweep.reports.cells import ReportError, cell_label
+from headsweep.reports.site import questions as Q
+from headsweep.reports.sweep.cells import ReportError, cell_label
 from headsweep.sizes import comparison_config
 from headsweep.store import RUNS, as_seen, read_record
 from headsweep.store.pack import metrics_file, open_text

@@ -1,5 +1,5 @@
 """`make wandb-views`'s online half: whether a W&B server answers, what its project holds, and saving the
-reports and the workspace view (reports.wandb_views builds them offline). Nothing here runs without
+reports and the workspace view (reports.wandb.views builds them offline). Nothing here runs without
 WANDB_API_KEY; nothing waits on a server longer than PROBE_SECONDS to learn it is unreachable."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 from collections import Counter
 from urllib.parse import urlparse
 
-from headsweep.reports.cells import ReportError
+from headsweep.reports.sweep.cells import ReportError
 
 PROBE_SECONDS = 5  # how long a server may take to take a connection before we call it unreachable
 API_TIMEOUT = 30  # seconds per request once it has answered

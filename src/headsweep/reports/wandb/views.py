@@ -1,15 +1,15 @@
 """The W&B dashboard a user lands in, built from the same questions file as reports/: `make wandb-views`, run
 after `make wandb-export` and `wandb sync`.
 
-    python -m headsweep.reports.wandb_views [--root results] [--out wandb-export/views] [--entity E]
+    python -m headsweep.reports.wandb.views [--root results] [--out wandb-export/views] [--entity E]
         [--project headsweep-reference]
 
 With wandb-workspaces (W&B's library for reports and workspaces as code), one W&B Report per question of
 sweeps/_questions.yaml: its current answer, then one panel grid per evidence sweep (a runset of the sweep's runs,
 by their tag, grouped by their cell there: config `cell_in.<sweep>`, which `make wandb-export` writes, so seeds
 aggregate into mean and sd) holding val loss against step, test BLEU by cell, and a parallel-coordinates panel
-over the settings the sweep varies (reports.cells.varied_keys); the superseded evidence in a section of its own,
-each with why. Table 3's report adds the paper's numbers beside ours (reports.table3's table, the same build).
+over the settings the sweep varies (reports.sweep.cells.varied_keys); the superseded evidence in a section of its own,
+each with why. Table 3's report adds the paper's numbers beside ours (reports.pages.table3's table, the same build).
 A view-only entry (a page a command writes, such as explain or a prune report) is named with its command.
 Plus one saved workspace view over the whole project, grouped by question, sweep, cell.
 
@@ -41,13 +41,13 @@ import wandb_workspaces.workspaces as ws
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
-from headsweep.reports import questions as Q
-from headsweep.reports import table3 as T
-from headsweep.reports.cells import ReportError, group_cells, load_runs, varied_keys
-from headsweep.reports.table3_answers import answer_line
-from headsweep.reports.table3_page import verdicts_table
-from headsweep.reports.wandb_export import finished_runs
-from headsweep.reports.wandb_save import ViewsError, connect, reachable, save, server, synced_tags
+from headsweep.reports.site import questions as Q
+from headsweep.reports.pages import table3 as T
+from headsweep.reports.sweep.cells import ReportError, group_cells, load_runs, varied_keys
+from headsweep.reports.pages.table3_answers import answer_line
+from headsweep.reports.pages.table3_page import verdicts_table
+from headsweep.reports.wandb.export import finished_runs
+from headsweep.reports.wandb.save import ViewsError, connect, reachable, save, server, synced_tags
 from headsweep.sizes import comparison_config
 from headsweep.store import publish_dir
 
