@@ -12,10 +12,11 @@ from omegaconf import OmegaConf
 
 from conftest import needs_data, tiny_overrides
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.identity import default_run_name
 from headsweep.store import flatten_config
 from headsweep.sweeps import sweep as S
 from headsweep.sweeps.params import count_for, matched_d_ff
-from headsweep.training.checks import ConfigError, check_config, check_resume, default_run_name
+from headsweep.training.checks import ConfigError, check_config, check_resume
 from headsweep.training.train import train
 
 NO_DATA = "data.dir=/nonexistent"  # a check that reads data would fail on this instead

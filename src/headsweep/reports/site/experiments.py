@@ -15,8 +15,7 @@ from pathlib import Path
 from headsweep.reports.sweep.cells import Cell, Run
 from headsweep.reports.sweep.protocol import rate_text
 from headsweep.reports.sweep.table import fmt, reader_name
-from headsweep.store import experiment_settings
-from headsweep.training.runs import RESULTS
+from headsweep.store import RESULTS, experiment_settings
 
 ALWAYS = ("model.heads", "model.d_k", "model.d_v")  # first, varied or not
 LAST = ("trainer.max_steps", "trainer.precision", "model.init")  # before the scores, varied or not

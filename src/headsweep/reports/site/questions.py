@@ -22,11 +22,11 @@ from pathlib import Path
 
 import yaml
 
-from headsweep.config import ROOT
+from headsweep.config import ROOT, SWEEPS_DIR
 from headsweep.data.files import atomic_write
 from headsweep.reporting.html import slug
 from headsweep.reports.sweep.cells import ReportError
-from headsweep.sweeps.specs import SWEEPS_DIR, SweepError, sweep_names
+from headsweep.sweeps.specs import SweepError, sweep_names
 
 QUESTIONS = SWEEPS_DIR / "_questions.yaml"
 STATUSES = ("answered", "running", "not run yet")

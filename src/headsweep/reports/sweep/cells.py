@@ -10,11 +10,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from headsweep.identity import COLUMNS, cell_tag, default_cell, follows_heads
 from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
 from headsweep.store.pack import hypothesis_file, metrics_file, open_text
-from headsweep.sweeps.paper import COLUMNS
-from headsweep.sweeps.specs import follows_heads
-from headsweep.training.checks import default_cell
 
 
 class ReportError(ValueError):
@@ -87,11 +85,7 @@ def cell_label(results: dict, name: str) -> str:
     """A run's cell as a view shows it (`results` as store.as_seen gives it): its cell tag first (a run another
     sweep made and this one adopted keeps its old `cell` key), else the config's cell, else its name unseeded."""
     cfg = results["config"]
-    return (
-        next((t[len("cell-") :] for t in cfg.get("tags") or [] if t.startswith("cell-")), None)
-        or cfg.get("cell")
-        or default_cell(results.get("run_name") or name)
-    )
+    return cell_tag(cfg.get("tags")) or cfg.get("cell") or default_cell(results.get("run_name") or name)
 
 
 def problem(run: Run, sweep: str | None) -> str | None:

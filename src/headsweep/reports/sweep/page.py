@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.identity import COLUMNS, follows_width
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link
 from headsweep.reporting.markdown import table as markdown_table
@@ -37,6 +38,7 @@ from headsweep.reports.site.index import index_record
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.sweep.checks import init_check_section, update_check_section
 from headsweep.reports.sweep.complete import incomplete
 from headsweep.reports.sweep.lr import lr_section, split_grid_runs
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
@@ -59,9 +61,7 @@ from headsweep.reports.sweep.table import (
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS
 from headsweep.store.pack import analysis_file
-from headsweep.sweeps.init_check import init_check_section, update_check_section
-from headsweep.sweeps.paper import COLUMNS, table3
-from headsweep.sweeps.specs import follows_width
+from headsweep.sweeps.paper import table3
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
 SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it

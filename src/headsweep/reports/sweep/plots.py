@@ -7,11 +7,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from headsweep.identity import label_part
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs
 from headsweep.reports.sweep.lr import split_grid_runs
 from headsweep.reports.sweep.table import display, reader_name, varies
-from headsweep.sweeps.specs import label_part
 
 
 def seed_spread(root: Path) -> float | None:

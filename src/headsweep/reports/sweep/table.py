@@ -10,10 +10,10 @@ from collections import Counter
 from pathlib import Path
 
 from headsweep.config import DECODE_SPEED  # bench.decode_speed writes it into results/<sweep>/
+from headsweep.identity import COLUMNS
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
 from headsweep.reports.sweep.cells import Cell, learning_curve, val_loss_rises
-from headsweep.sweeps.paper import COLUMNS
 
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
 

@@ -31,10 +31,9 @@ from pathlib import Path
 from headsweep.reports.site import questions as Q
 from headsweep.reports.sweep.cells import ReportError, cell_label
 from headsweep.sizes import comparison_config
-from headsweep.store import RUNS, as_seen, read_record
+from headsweep.store import RESULTS, RUNS, as_seen, read_record
 from headsweep.store.pack import metrics_file, open_text
 from headsweep.sweeps.lr_select import GRID_PHASE
-from headsweep.training.runs import RESULTS
 
 
 def finished_runs(root: Path, only: list[str] | None = None) -> dict[Path, dict]:
