@@ -205,6 +205,9 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     assert "  - `h16-dk16-dv16-s1`: no results.json" in md and "  - `h32-dk8-dv8-s1`: DataError: bad" in md
     html = paths[1].read_text()
     assert '<td style="text-align:right">31.00 ± 1.41</td>' in html and 'src="table3_a-bleu.png"' in html
+    # the page's last line names the module that wrote it, in the markdown and in the page
+    assert md.endswith("\n---\n\n*written by `headsweep.reports.sweep.page`*\n")
+    assert "written by <code>headsweep.reports.sweep.page</code>" in html
 
 
 def test_no_runs_is_one_clear_error(tmp_path, capsys):

@@ -199,3 +199,11 @@ def test_the_length_check_sees_a_long_module(tmp_path):
     (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
     (tmp_path / "short.py").write_text("x = 1\n" * MAX_LINES)
     assert long_modules(tmp_path) == [f"pkg/long.py: {MAX_LINES + 1} lines"]
+
+
+def test_a_pages_footer_names_its_module_once():
+    from headsweep.reporting.markdown import with_footer
+
+    md = with_footer("# A page\n\ntext\n", "headsweep.reports.pages.explain")
+    assert md == "# A page\n\ntext\n\n---\n\n*written by `headsweep.reports.pages.explain`*\n"
+    assert with_footer(md, "headsweep.reports.pages.lengths") == md.replace("explain", "lengths")  # replaced, once

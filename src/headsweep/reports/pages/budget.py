@@ -20,7 +20,7 @@ from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
+from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link, with_footer
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
 from headsweep.reports.sweep.cells import Cell, ReportError, group_cells, load_runs
@@ -297,7 +297,7 @@ def write(root: Path, sweep: str, against: list[str], out: Path) -> list[Path]:
     png = curves_png(sweep, rows, out)
     head, md = markdown(sweep, rows, missing + capped(rows) + left_out, png)
     md_path, html_path = out / f"{sweep}-budget.md", out / f"{sweep}-budget.html"
-    md = with_back_link(md)
+    md = with_footer(with_back_link(md), __spec__.name)
     atomic_write(md_path, md)
     atomic_write(html_path, page(head, md))
     return [md_path, html_path, png[0]]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link
+from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link, with_footer
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd
 from headsweep.reports.pages import budgets_runs as R
@@ -313,7 +313,7 @@ def write(root: Path, sweeps: list[str] | None, out: Path) -> list[Path]:
     if s["budgets"]:
         figures.append(gaps_png(s["cells"], s["budgets"], s["gaps"], s["band"], out))
         figures += [f for f in [curves_png(s["cells"], s["budgets"], out)] if f]
-    md = with_back_link(markdown(data, s, figures))
+    md = with_footer(with_back_link(markdown(data, s, figures)), __spec__.name)
     md_path, html_path = out / "budgets.md", out / "budgets.html"
     atomic_write(md_path, md)
     atomic_write(html_path, page(HEAD, md))

@@ -37,7 +37,7 @@ from headsweep.config import compose
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure as md_figure
-from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link
+from headsweep.reporting.markdown import first_heading, fmt_p, with_back_link, with_footer
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd, ols, seed_test
 from headsweep.reports.sweep.cells import ReportError, load_runs
@@ -438,7 +438,7 @@ def write(root: Path, sweeps: list[str], out: Path, loaded: dict | None = None, 
     if left_out:
         lines += ["", *left_out_summary(left_out)]
     path = out / "explain.md"
-    md = with_back_link("\n".join(lines) + "\n")
+    md = with_footer(with_back_link("\n".join(lines) + "\n"), __spec__.name)
     atomic_write(path, md)
     atomic_write(path.with_suffix(".html"), page(first_heading(md, "explain"), md))
     return path

@@ -32,7 +32,7 @@ from sacrebleu.metrics import BLEU
 from headsweep.data import DataError, TranslationDataModule
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import first_heading, with_back_link
+from headsweep.reporting.markdown import first_heading, with_back_link, with_footer
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
 from headsweep.reports.sweep.significance import read_text_lines, references, run_data_dir
 from headsweep.reports.sweep.table import fmt_p
@@ -277,7 +277,7 @@ def write(root: Path, sweeps: list[str], out: Path, n_samples: int = 1000) -> Pa
         raise ReportError(f"no cell besides a base in {', '.join(sweeps)}: nothing to compare")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "lengths.md"
-    md = with_back_link(markdown(sweeps, rows, left_out))
+    md = with_footer(with_back_link(markdown(sweeps, rows, left_out)), __spec__.name)
     atomic_write(path, md)
     atomic_write(path.with_suffix(".html"), page(first_heading(md, "lengths"), md))
     return path

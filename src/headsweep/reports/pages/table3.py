@@ -23,7 +23,7 @@ from pathlib import Path
 
 from headsweep.data.files import atomic_write
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import with_back_link
+from headsweep.reporting.markdown import with_back_link, with_footer
 from headsweep.reports.pages.table3_page import markdown, plot
 from headsweep.reports.pages.table3_paper import PAPER_CSV, read_paper
 from headsweep.reports.pages.table3_record import record
@@ -62,7 +62,7 @@ def render(rec: dict, out: Path, suffix: str = "") -> list[Path]:
     """The page from the record as written (the json's own content, so the page cannot say otherwise); a card's
     rows (suffix '_h100') under their own names, table3_h100.*."""
     png = plot(rec, out / f"table3{suffix}.png")
-    md = with_back_link(markdown(rec, png))
+    md = with_footer(with_back_link(markdown(rec, png)), __spec__.name)
     md_path, html_path = out / f"table3{suffix}.md", out / f"table3{suffix}.html"
     atomic_write(md_path, md)
     atomic_write(html_path, page("Table 3, every row, beside the paper", md))

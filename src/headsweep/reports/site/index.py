@@ -13,7 +13,7 @@ from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, first_heading, table, with_back_link
+from headsweep.reporting.markdown import figure, first_heading, table, with_back_link, with_footer
 from headsweep.reports.site import experiments as report_index
 from headsweep.reports.site import questions as Q
 from headsweep.reports.sweep.cells import Cell
@@ -319,6 +319,7 @@ def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str], root:
         )
     )
     atomic_write(out_dir / "compare.js", COMPARE_JS.read_text())
+    md = with_footer(md, __spec__.name)
     atomic_write(out_dir / "compare.md", md)
     atomic_write(out_dir / "compare.html", page("every experiment in parallel coordinates", md))
     return out_dir / "compare.html"
@@ -348,6 +349,7 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
     compare = compare_page(out_dir, records, asks, root)
     md = index_markdown(records, prunes, out_dir, unreported, views, questions)
+    md = with_footer(md, __spec__.name)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
     return [out_dir / "index.md", out_dir / "index.html", compare, *(p for p, _ in prunes), *(p for p, *_ in views)]

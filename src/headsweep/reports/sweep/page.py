@@ -28,7 +28,7 @@ from pathlib import Path
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.identity import COLUMNS, follows_width
 from headsweep.reporting.html import page
-from headsweep.reporting.markdown import figure, with_back_link
+from headsweep.reporting.markdown import figure, with_back_link, with_footer
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
 from headsweep.reports.pages.compare import report_section
@@ -652,7 +652,7 @@ def write_report(
         top,
     )
     md_path, html_path, json_path = (out_dir / f"{sweep}{ext}" for ext in (".md", ".html", ".json"))
-    md = with_back_link(md)
+    md = with_footer(with_back_link(md), __spec__.name)
     atomic_write(md_path, md)
     atomic_write(html_path, page(head, md))
     atomic_write(json_path, json.dumps(index_record(sweep, head, cells, runs, left_out), indent=1))
