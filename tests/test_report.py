@@ -14,6 +14,7 @@ from conftest import write_results
 from headsweep.config import compose
 from headsweep.reports import build as B
 from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import summary as N
 
 REFS = [
     "a man is riding a red bike down the street .",
@@ -117,7 +118,7 @@ def sweep_dir(tmp_path):
 def rows_by_label(root):
     runs, unfinished = R.load_runs(root / "table3_a")
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=200)
+    N.summarize(cells, n_samples=200)
     return cells, {c.label: c.row for c in cells}, unfinished
 
 
@@ -162,7 +163,7 @@ def test_paper_rows_match_by_settings_relative_to_the_base(sweep_dir):
 
 
 def test_paper_row_lookup_for_other_rows():
-    rows = R.paper_row.__globals__["table3"]()
+    rows = N.paper_row.__globals__["table3"]()
     small = {
         "N": 3,
         "d_model": 256,
@@ -174,7 +175,7 @@ def test_paper_row_lookup_for_other_rows():
         "eps_ls": 0.1,
         "pos": "sinusoid",
     }
-    match = lambda **kw: R.paper_row({**small, **kw}, small, rows)  # noqa: E731
+    match = lambda **kw: N.paper_row({**small, **kw}, small, rows)  # noqa: E731
     assert (match(d_k=8)["row"], match(d_k=8)["dev_bleu"]) == ("B", 25.1)  # d_k 16 at the paper's scale
     assert match(N=1)["dev_bleu"] == 23.7 and match(d_model=512, d_k=64, d_v=64)["dev_bleu"] == 26.0
     assert match(d_ff=2048)["dev_bleu"] == 26.2
@@ -292,7 +293,7 @@ def test_holm_and_seed_test_in_the_table(sweep_dir):
     assert max(h4["p_holm"], h2["p_holm"]) == pytest.approx(max(expected_small, large))
     assert h4["p_seeds"] == pytest.approx(ttest_ind([29.0, 28.0], [30.0, 32.0], equal_var=False).pvalue)
     assert h2["p_seeds"] is None  # one seed: no spread to test against
-    words = R.verdicts(cells)
+    words = N.verdicts(cells)
     assert len(words) == 2 and all("Holm" in w for w in words)
     assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w for w in words)
     assert any(w.startswith("h2-dk128-dv128: ") and "one seed per side" in w for w in words)
@@ -321,7 +322,7 @@ def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
 
     base = next(c for c in cells if c.base)
     assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 30.0], [0.0, 0.0])
-    ranking = R.ranking_stability(cells)
+    ranking = N.ranking_stability(cells)
     assert (ranking["half_step"], ranking["last_step"]) == (400, 800)
     assert ranking["order_half"] == ["h4-dk64-dv64", "h8-dk32-dv32", "h2-dk128-dv128"]
     assert ranking["order_last"] == ["h8-dk32-dv32", "h4-dk64-dv64", "h2-dk128-dv128"]
@@ -355,7 +356,7 @@ def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_
     (root / "hd").rmdir()
     runs, _ = R.load_runs(root)
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     assert R.varied_keys(cells) == ["model.head_dropout"]
     base, hd = cells
     assert base.base and base.row["paper"]["row"] == "base"
@@ -430,7 +431,7 @@ def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validatio
     write_curve(runs[0].dir, {230: (1.0, 3.0), 460: (2.0, 3.0), 690: (3.0, 2.0)})  # flat at 460: not a fall
     assert val_loss_rises(runs[0]) == [(460, 3.0, 3.0)]
     cells = R.group_cells(runs)
-    note = R.notes(sweep_dir / "table3_a", runs, cells, R.summarize(cells, n_samples=50), [])
+    note = R.notes(sweep_dir / "table3_a", runs, cells, N.summarize(cells, n_samples=50), [])
     assert any(
         line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n")
         and "did not fall at step 460 (3.0000 → 3.0000)" in line
@@ -538,7 +539,7 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     assert "threads" not in R.varied_keys(R.group_cells(runs))
     assert sorted({r.flat["module.peak_lr"] for r in runs}) == pytest.approx([2e-3 / 2**0.5, 2e-3 * 2**0.5])  # width
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     rows = {c.label: c.row for c in cells}
     wide_h32, wide_h8 = rows["h32-dk16-dv16-dm512-ff2048"], rows["h8-dk64-dv64-dm512-ff2048"]
     assert wide_h32["against"] == "h8-dk64-dv64-dm512-ff2048" and wide_h32["delta"] == pytest.approx(33.5 - 37.0)
@@ -554,7 +555,7 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     assert any(
         "worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
         or "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
-        for w in R.verdicts(cells)
+        for w in N.verdicts(cells)
     )
 
 

@@ -15,6 +15,7 @@ from conftest import write_results
 from headsweep.reports import build as B
 from headsweep.reports.site import check as report_check
 from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import summary as N
 from test_compare import analysis
 from test_report import CELLS, REFS, make_run, write_curve
 
@@ -143,7 +144,7 @@ def test_bootstrap_floor_is_printed_as_a_bound(tmp_path):
     sweep = table3_a(tmp_path / "results", data)
     runs, _ = R.load_runs(sweep)
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     h2 = next(c for c in cells if c.label == "h2-dk128-dv128").row
     h4 = next(c for c in cells if c.label == "h4-dk64-dv64").row
     assert h2["p"] == pytest.approx(1 / 101) and h2["p_bound"]  # no resample favoured the base
@@ -151,7 +152,7 @@ def test_bootstrap_floor_is_printed_as_a_bound(tmp_path):
     _, body = R.table(cells, R.varied_keys(cells))
     row = next(r for r in body if r[0] == "h2-dk128-dv128")
     assert f"<= {h2['p_holm']:.3f}" in row and f"{h4['p_holm']:.3f}" in next(r for r in body if r[0] == "h4-dk64-dv64")
-    assert any(f"(p <= {h2['p_holm']:.3f})" in w for w in R.verdicts(cells))
+    assert any(f"(p <= {h2['p_holm']:.3f})" in w for w in N.verdicts(cells))
 
 
 def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):

@@ -507,6 +507,7 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
     and 3 (0.40, 0.45 > 0.364). One rule, one reference (the run's home sweep's): neither page flags them."""
     from headsweep.reports import build as B
     from headsweep.reports.sweep import page as RP
+    from headsweep.reports.sweep import summary as N
 
     root = tmp_path / "results"
     grid = {"phase": "chosen", "grid": [0.0005, 0.001, 0.002], "select_on": "val/loss"}
@@ -530,7 +531,7 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
             base=True,
             early=early,
         )
-    pool = RP.early_pool(root)
+    pool = N.early_pool(root)
     flags = {}
     for sweep in ("heads_home", "table3_b_fan_in"):
         runs, _ = RP.load_runs(root / sweep, sweep)

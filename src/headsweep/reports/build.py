@@ -16,6 +16,7 @@ from headsweep.reports.pages.table3 import write as write_table3
 from headsweep.reports.site import questions as Q
 from headsweep.reports.site.index import write_index
 from headsweep.reports.sweep import page as report
+from headsweep.reports.sweep import summary
 from headsweep.reports.sweep.cells import ReportError
 from headsweep.reports.sweep.plots import seed_spread
 from headsweep.store import schema_note
@@ -64,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         threshold = report.stuck_threshold_arg(args.stuck_threshold)
-        names = report.sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
+        names = summary.sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
         if not names:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
         questions = Q.load(root=args.root)  # checked before any page is written
         # once for every page: the threshold, and each run's one Early (a run is flagged alike on every page)
-        pool = report.early_pool(args.root)
+        pool = summary.early_pool(args.root)
         spread = seed_spread(args.root)
         paths = sweep_pages(
             names,

@@ -11,7 +11,7 @@ alone. Reads only what runs wrote (results/<sweep>/, the sweeps of headsweep.swe
 the earlier protocol at unit gain, `<sweep>_start` for the new start) and the paper's Table 3 (a CSV; default the
 one shipped with the package, the same file as ../shared/paper/vaswani2017_table3.csv). A run of another protocol
 in a row's sweeps is named and left out, never mixed in. Stuck runs: report_stuck's one rule, as every sweep page
-flags them (report.early_pool).
+flags them (summary.early_pool).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from headsweep.reports.sweep.cells import ReportError
 def build(root: Path, paper: list[dict], suffix: str = "", pool: dict | None = None) -> dict:
     """The record (reports/table3.json's content) of every row under each protocol. pool: report.early_pool(root)
     where the caller has it (the stuck threshold and each run's one reference)."""
-    from headsweep.reports.sweep.page import early_pool
+    from headsweep.reports.sweep.summary import early_pool
 
     if not root.is_dir():
         raise ReportError(f"no results at {root}: pass --root DIR (the folder holding results/<sweep>/)")

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from headsweep.reports.sweep.cells import ReportError
-from headsweep.reports.sweep.page import SIZES, paper_row, settings
+from headsweep.reports.sweep.summary import SIZES, paper_row, settings
 from headsweep.sweeps.paper import FLOAT_COLUMNS, INT_COLUMNS
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "resources" / "vaswani2017_table3.csv"

@@ -16,7 +16,7 @@ from headsweep.reports.pages.table3_paper import (
     short_name,
 )
 from headsweep.reports.pages.table3_rows import EARLIER, PROTOCOLS, START, notes, rate_text
-from headsweep.reports.sweep.page import settings
+from headsweep.reports.sweep.summary import settings
 from headsweep.sweeps.table3 import ROWS, SEEDS
 
 

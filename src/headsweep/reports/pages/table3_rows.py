@@ -15,8 +15,9 @@ from headsweep.reports.pages.table3_paper import f
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
 from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
-from headsweep.reports.sweep.page import cell_numbers, stuck_runs
+from headsweep.reports.sweep.page import stuck_runs
 from headsweep.reports.sweep.stuck import gap_words
+from headsweep.reports.sweep.summary import cell_numbers
 from headsweep.sweeps.lr_select import LR_KEY
 from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, chosen_gain, grid_words
 
@@ -104,8 +105,8 @@ def rate_text(c: Cell) -> str:
 
 
 def row_info(root: Path, row: str, sweeps: list[str], protocol: str, pool: dict) -> dict:
-    """One row's cells (numbers filled: report.cell_numbers), stuck flags (the one rule) and words, from
-    `sweeps`. pool: report.early_pool(root), shared by every row and page."""
+    """One row's cells (numbers filled: summary.cell_numbers), stuck flags (the one rule) and words, from
+    `sweeps`. pool: summary.early_pool(root), shared by every row and page."""
     got = row_runs(root, sweeps, protocol)
     info = {"sweeps": sweeps, "protocol": protocol, "left_out": got["left_out"], "grid": got["grid"], "cells": []}
     cells = merged_cells(got["runs"])

@@ -6,7 +6,7 @@
   its val loss at two thirds of T, interpolated linearly between the validations on either side (767 of
   1,150: between 690 and 920). A converged run loses almost nothing in its last third.
 - Kendall's tau between the cells' order by mean val BLEU at half the budget and at the end
-  (report.ranking_stability): 1 when the order was settled at half.
+  (summary.ranking_stability): 1 when the order was settled at half.
 
 Rule: where the median share over the sweep's runs is above NOT_CONVERGED_SHARE (10%), the report says
 "not converged: differences may be speeds of learning": a tenth of the loss still falling in the last third
