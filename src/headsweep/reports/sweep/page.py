@@ -34,6 +34,7 @@ from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.site.index import index_record
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep import stuck as report_stuck
+from headsweep.reports.sweep import stuck_words
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, load_runs, varied_keys
 from headsweep.reports.sweep.checks import init_check_section, update_check_section
 from headsweep.reports.sweep.complete import incomplete
@@ -127,7 +128,7 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
     lines += [w for c in cells for w in missing_words(c)]
     if "stuck" in info:
-        lines.append(report_stuck.note(cells, info["stuck"]["early"], info["stuck"]["threshold"]))
+        lines.append(stuck_words.note(cells, info["stuck"]["early"], info["stuck"]["threshold"]))
     if info.get("convergence", {}).get("not_converged"):
         lines.append("Not converged: differences may be speeds of learning (see Is the budget long enough?).")
     lines.append(loss_note(cells))  # does training diverge at this learning rate (the open issue on d_model 512)?
@@ -177,7 +178,7 @@ def sweep_markdown(
         *[line for c in cells for line in cell_details(c, info["n_samples"])],
         *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
         *(
-            report_stuck.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
+            stuck_words.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
             if "stuck" in info
             else []
         ),
