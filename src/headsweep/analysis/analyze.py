@@ -45,10 +45,11 @@ import torch
 
 from headsweep.analysis.fixed import pattern_of
 from headsweep.analysis.maps import resolve_sentences
-from headsweep.analysis.markdown import markdown, summary
+from headsweep.analysis.markdown import markdown
 from headsweep.analysis.measures import FILES, analysis_record, attention_maps, measure, write_plots
 from headsweep.analysis.roles import METRICS
 from headsweep.analysis.settings import AnalysisError, AnalysisSettings
+from headsweep.analysis.summary import summary
 from headsweep.data import DataError
 from headsweep.model import ATTENTION_KINDS
 from headsweep.training.runs import RunError, load_run
