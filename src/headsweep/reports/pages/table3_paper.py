@@ -12,7 +12,7 @@ from headsweep.reports.sweep.cells import ReportError
 from headsweep.reports.sweep.summary import SIZES, paper_row, settings
 from headsweep.sweeps.paper import FLOAT_COLUMNS, INT_COLUMNS
 
-PAPER_CSV = Path(__file__).resolve().parents[1] / "resources" / "vaswani2017_table3.csv"
+PAPER_CSV = Path(__file__).resolve().parents[2] / "resources" / "vaswani2017_table3.csv"
 SETTING_COLUMNS = ("N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "pos")
 
 

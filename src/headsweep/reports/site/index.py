@@ -215,7 +215,7 @@ def index_markdown(
     return "\n".join(lines)
 
 
-COMPARE_JS = Path(__file__).resolve().parent.parent / "reporting" / "compare.js"
+COMPARE_JS = Path(__file__).resolve().parents[2] / "reporting" / "compare.js"
 LOG_AXES = ("model.heads", "model.d_k", "model.d_v", "model.kv_heads", "module.peak_lr", "model.d_model", "model.d_ff")
 
 
