@@ -123,30 +123,30 @@ table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, the chosen start,
 		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
 
 table3-report: setup  ## reports/table3.json (every verdict), the page, index and README answers rendered from it [SUFFIX=_h100]
-	$(PY) -m headsweep.reports.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) --readme README.md $(ARGS)
+	$(PY) -m headsweep.reports.pages.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) --readme README.md $(ARGS)
 
 migrate-results: setup  ## Pack the stored runs (hypotheses gzipped, figures small), every number compared before/after
-	$(PY) -m headsweep.reports.results_check migrate --results $(RESULTS)
+	$(PY) -m headsweep.store.results_check migrate --results $(RESULTS)
 
 results-check: setup  ## Re-score every stored run's hypotheses (plain or .gz) against its stored BLEU/chrF; sizes against the limit
-	$(PY) -m headsweep.reports.results_check check --results $(RESULTS)
+	$(PY) -m headsweep.store.results_check check --results $(RESULTS)
 
 report: setup  ## Write reports/<sweep>.md/.html and reports/index.html from results/: make report SWEEP=table3_a (or all)
 	$(PY) -m headsweep.reports.build --sweep $(SWEEP) --root $(RESULTS) --readme README.md $(ARGS)
 
 report-check: setup  ## Open every page of reports/ as a reader does (links, p-values, figure ticks; headless Chromium): make report-check [ARGS=--screenshots docs/img]
-	$(PY) -m headsweep.reports.report_check reports $(ARGS)
+	$(PY) -m headsweep.reports.site.check reports $(ARGS)
 
 explain: setup  ## Heads or head width? BLEU vs d_k across sweeps + a fit on log2 h, d_k, d_model: make explain [SWEEPS=a,b]
-	$(PY) -m headsweep.reports.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+	$(PY) -m headsweep.reports.pages.explain --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 lengths: setup  ## Narrow heads vs sentence length (low-rank bottleneck?): make lengths [SWEEPS=table3_a,table3_b]
-	$(PY) -m headsweep.reports.lengths --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+	$(PY) -m headsweep.reports.pages.lengths --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 # make budget's own default sweep; SWEEP=... on the command line still wins
 budget: SWEEP = heads_budget_2x
 budget: setup  ## 1x vs 2x steps: gap to the base at both budgets, its change, curves: make budget [SWEEP=.. AGAINST=a,b]
-	$(PY) -m headsweep.reports.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
+	$(PY) -m headsweep.reports.pages.budget --sweep $(SWEEP) $(if $(AGAINST),--against $(AGAINST)) --root $(RESULTS) $(ARGS)
 
 budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, cooldown branches from its checkpoints: make budgets SWEEP=table3_a_fan_in [BUDGETS=1,2,4 COOLDOWN=0.2 SHAPES=sqrt,linear FROM=<sweep> DRY=1 ONLY=.. SEEDS=3 JOBS=2 NAME=..]
 	$(TRAIN_PY) -m headsweep.sweeps.budgets --sweep $(SWEEP) --budgets $(BUDGETS) --cooldown $(COOLDOWN) $(if $(SHAPES),--shapes $(SHAPES)) \
@@ -154,7 +154,7 @@ budgets: setup  ## Each cell at several budgets: a WSD trunk per cell and seed, 
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(ONLY),--only '$(ONLY)') $(if $(FROM),--from $(FROM)) --results $(RESULTS) $(if $(DRY),--dry) $(ARGS)
 
 budgets-report: setup  ## The budgets page: each cell against the base at every budget, tau, verdicts: make budgets-report [SWEEPS=a_budgets,b_budgets]
-	$(PY) -m headsweep.reports.budgets --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
+	$(PY) -m headsweep.reports.pages.budgets --root $(RESULTS) $(if $(SWEEPS),--sweeps $(SWEEPS)) $(ARGS)
 
 .PHONY: sync
 sync: setup  ## Upload a sweep's offline W&B runs with wandb sync: make sync SWEEP=table3_a [DRY=1]
@@ -167,12 +167,12 @@ ENTITY ?=
 
 .PHONY: wandb-export
 wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b PROJECT=..]
-	$(PY) -m headsweep.reports.wandb_export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) \
+	$(PY) -m headsweep.reports.wandb.export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) \
 		$(if $(PROJECT),--project $(PROJECT)) $(ARGS)
 
 .PHONY: wandb-views
 wandb-views: setup  ## A W&B report per question + a workspace view; specs in wandb-export/views/, saved where WANDB_API_KEY is set [PROJECT=.. ENTITY=..]
-	$(PY) -m headsweep.reports.wandb_views --root $(RESULTS) --out wandb-export/views $(if $(PROJECT),--project $(PROJECT)) \
+	$(PY) -m headsweep.reports.wandb.views --root $(RESULTS) --out wandb-export/views $(if $(PROJECT),--project $(PROJECT)) \
 		$(if $(ENTITY),--entity $(ENTITY)) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from conftest import fake_run
-from headsweep.reports import budget
+from headsweep.reports.pages import budget
 
 BASE, H32, DK8 = ["tags=[base]"], ["model.heads=32"], ["model.d_k=8", "model.d_v=32"]
 BF16 = ["trainer.precision=bf16-mixed"]

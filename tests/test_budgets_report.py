@@ -1,4 +1,4 @@
-"""The budgets page (reports.budgets, issue 68) on fabricated stored runs: each cell's gap to the base per budget
+"""The budgets page (reports.pages.budgets, issue 68) on fabricated stored runs: each cell's gap to the base per budget
 and its interval against hand-computed Welch and base-spread intervals, Kendall's tau against scipy's on
 independently computed means, verdict words and how they move, a run two sweeps show counted once, the base's 1x
 branch against its linear 1x run, the partial page that lists missing trunks and branches, and bad input in one
@@ -15,8 +15,8 @@ from scipy import stats
 
 from conftest import stored_run
 from headsweep.config import compose
-from headsweep.reports import budgets as page
-from headsweep.reports import budgets_runs as R
+from headsweep.reports.pages import budgets as page
+from headsweep.reports.pages import budgets_runs as R
 
 STEPS = 1150
 BASE = "h8-dk32-dv32"

@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import ttest_ind
 
 from headsweep.analysis import fixed as F
-from headsweep.reports import compare as C
+from headsweep.reports.pages import compare as C
 
 
 def analysis(

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import fake_run
-from headsweep.reports import explain
+from headsweep.reports.pages import explain
+from headsweep.reports.pages import explain_data as D
 
 
 def bleu_of(h, d_k, d_model):  # the truth the fit must recover, plus a seed effect that averages out
@@ -39,7 +40,7 @@ def test_fit_recovers_the_coefficients_and_counts_a_copy_once(tmp_path):
     fake_run(
         tmp_path, "copy", "h8-lr-s1", 1, 10.0, ["model.heads=8", "model.d_k=32", "model.d_v=32", "module.peak_lr=5e-4"]
     )  # not the same run: another lr
-    points, left_out = explain.collect(tmp_path, ["mixed", "copy"])
+    points, left_out = D.collect(tmp_path, ["mixed", "copy"])
     assert len(points) == 14
     assert any("copy/h8-dk32-dv32-s1: the same run as mixed/" in line for line in left_out)
     assert any("copy/dropout-s1: model.head_dropout = 0.1" in line for line in left_out)
@@ -90,7 +91,7 @@ def test_best_h_at_each_width_is_row_a_within_one_precision(tmp_path):
         40.0,
         ["model.heads=16", "model.d_k=32", "model.d_v=32", "model.d_model=128", "model.d_ff=512"],
     )
-    points, _ = explain.collect(tmp_path, ["w"])
+    points, _ = D.collect(tmp_path, ["w"])
     rows = {r["d_model"]: r for r in explain.best_h_by_width(points)}
     narrow, wide = rows[128], rows[512]
     assert narrow["best"] == 2 and sorted(narrow["cells"]) == [1, 2, 8]
@@ -109,7 +110,7 @@ def test_leaving_one_cell_out_finds_the_cell_that_turns_the_fit_over():
     # exact truth b_h = 0.5, b_dk = 2.0 on every cell but one outlier (h 32, d_k 32: 12 BLEU low, two seeds)
     cells = [(8, 32), (1, 32), (2, 32), (16, 16), (32, 8), (8, 8), (8, 16), (32, 32)]
     points = [
-        explain.Point(
+        D.Point(
             "s",
             f"h{h}-dk{dk}-s{seed}",
             h,
@@ -152,7 +153,7 @@ def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_other
             )
     fake_run(tmp_path, "long", "h8-s1", 1, 34.0, ["trainer.max_steps=2300"])  # a 2x-budget sweep
     reads = []
-    monkeypatch.setattr(explain, "load_runs", lambda d, load=explain.load_runs: reads.append(d.name) or load(d))
+    monkeypatch.setattr(D, "load_runs", lambda d, load=D.load_runs: reads.append(d.name) or load(d))
     assert explain.main(["--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     assert "left out, not at the ablation budget's 1150 steps: long (2300 steps)" in capsys.readouterr().out
     text = (tmp_path / "out" / "explain.md").read_text()
@@ -176,7 +177,7 @@ def test_the_fit_takes_one_protocol_the_most_common_unless_init_names_another(tm
             )
     for h, bleu in ((8, 34.0), (16, 31.0), (32, 23.0)):
         fake_run(tmp_path, "new", f"h{h}-s1", 1, bleu, [f"model.heads={h}", "model.d_k=32", "model.d_v=32"])
-    points, left_out = explain.collect(tmp_path, ["old", "new"])
+    points, left_out = D.collect(tmp_path, ["old", "new"])
     assert {p.sweep for p in points} == {"old"} and len(points) == 6
     assert "new/h32-s1: model.init = 'fan_in' (default 'xavier')" in left_out
     out = tmp_path / "out"

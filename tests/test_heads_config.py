@@ -12,10 +12,11 @@ from omegaconf import OmegaConf
 
 from conftest import needs_data, tiny_overrides
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.identity import default_run_name
 from headsweep.store import flatten_config
 from headsweep.sweeps import sweep as S
 from headsweep.sweeps.params import count_for, matched_d_ff
-from headsweep.training.checks import ConfigError, check_config, check_resume, default_run_name
+from headsweep.training.checks import ConfigError, check_config, check_resume
 from headsweep.training.train import train
 
 NO_DATA = "data.dir=/nonexistent"  # a check that reads data would fail on this instead
@@ -184,7 +185,7 @@ def test_spec_comment_counts_are_current():
 @needs_data
 def test_decode_speed_times_every_cell_against_the_base(tmp_path):
     from headsweep.bench.decode_speed import decode_speed
-    from headsweep.reports.report_table import decode_speed_columns as report_columns
+    from headsweep.reports.sweep.table import decode_speed_columns as report_columns
 
     record = decode_speed(
         "kv_heads", tmp_path / "results", tmp_path / "multirun", sentences=2, beam=2, precision="32-true"

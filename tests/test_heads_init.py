@@ -365,9 +365,9 @@ def similarity_csv(points: dict[int, float]) -> str:
 
 def test_the_sweep_page_shows_the_head_similarity_curves_per_cell(tmp_path):
     from conftest import fake_run
-    from headsweep.reports import report as R
-    from headsweep.reports.cells import group_cells, load_runs
-    from headsweep.reports.report_similarity import cell_similarity
+    from headsweep.reports.sweep import page as R
+    from headsweep.reports.sweep.cells import group_cells, load_runs
+    from headsweep.reports.sweep.similarity import cell_similarity
 
     root = tmp_path / "results"
     for seed in (1, 2):  # the base, trained before the log: only val/loss
@@ -394,6 +394,6 @@ def test_the_sweep_page_shows_the_head_similarity_curves_per_cell(tmp_path):
     # the init check's table, the runs composed under the default start (W^O's small ratio is on purpose)
     assert "| ident | fan_in, identical heads, W^O x0.408, W_2 x0.408 | " in md
     # without a run that logged it, no figure
-    from headsweep.reports.report_similarity import similarity_curves
+    from headsweep.reports.sweep.similarity import similarity_curves
 
     assert similarity_curves("heads_identical", [base], tmp_path) is None

@@ -20,9 +20,11 @@ SRC = Path(headsweep.__file__).parent
 LAYERS = (
     ("config", "machine", "schema", "reporting"),  # constants, settings types, formatting: no headsweep
     ("model", "data", "analysis.settings"),  # plain PyTorch and the corpus
-    # a config's sizes, the run record and the store; the heads' similarity measures (model only), which a
-    # training callback logs and make analyze reports
-    ("sizes", "store", "analysis.redundancy"),
+    # a config's sizes; the heads' similarity measures (model only), which a training callback logs and make
+    # analyze reports
+    ("sizes", "analysis.redundancy"),
+    ("identity",),  # a run's names, cell and heads as used: training, sweeps, the store and reports share it
+    ("store",),  # the run record and the store
     ("training",),  # one run
     ("analysis",),  # a trained model's heads
     ("sweeps",),  # many runs

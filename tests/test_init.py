@@ -16,6 +16,7 @@ from torch import nn
 
 from conftest import needs_data
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.identity import cell_labels
 from headsweep.model import AttentionConfig, MultiHeadAttention, Transformer, TransformerConfig, convert_impl
 from headsweep.model.attention import init_projection
 from headsweep.model.diagnostics import differences, init_check, module_gains, projection_gains, synthetic_batch
@@ -272,7 +273,7 @@ def cells_at_init(name: str, init: str) -> tuple[list[str], list[dict], list[dic
     cfgs = [compose([*constants, *cell, f"model.init={init}"]) for cell in cells]
     flats = [flatten_config(c) for c in cfgs]
     checks = [measure(OmegaConf.to_container(c.model, resolve=True), 1, first_layer=True) for c in cfgs]
-    return S.cell_labels(flats), flats, checks
+    return cell_labels(flats), flats, checks
 
 
 def mismatches(name: str, init: str, tolerance: float = 0.05) -> dict[str, list[str]]:
@@ -350,8 +351,8 @@ def test_a_checkpoint_from_before_init_resumes_as_xavier(tmp_path):
 
 
 def test_the_report_section_shows_row_b_s_confound_from_the_shipped_runs():
-    from headsweep.reports.cells import group_cells, load_runs
-    from headsweep.sweeps.init_check import init_check_section
+    from headsweep.reports.sweep.cells import group_cells, load_runs
+    from headsweep.reports.sweep.checks import init_check_section
 
     runs, _ = load_runs(SWEEPS_DIR.parent / "results" / "table3_b", "table3_b")
     cells = group_cells(runs)

@@ -18,11 +18,10 @@ from conftest import DATA, needs_data, tiny_overrides, write_results
 from headsweep.config import compose
 from headsweep.data import DataError, TranslationDataModule
 from headsweep.data import datamodule as hd_datamodule
-from headsweep.reports import results_check
-from headsweep.reports.cells import as_run
-from headsweep.reports.significance import references
-from headsweep.store import experiment_key
-from headsweep.sweeps.specs import cell_labels
+from headsweep.identity import cell_labels
+from headsweep.reports.sweep.cells import as_run
+from headsweep.reports.sweep.significance import references
+from headsweep.store import experiment_key, results_check
 from headsweep.training.checks import ConfigError, check_config
 
 pytestmark = needs_data

@@ -10,8 +10,8 @@ from sacrebleu import corpus_bleu
 from tokenizers import Tokenizer
 
 from conftest import DATA, needs_data
-from headsweep.reports import lengths as LEN
-from headsweep.reports.cells import as_run
+from headsweep.reports.pages import lengths as LEN
+from headsweep.reports.sweep.cells import as_run
 
 WORDS = "a man in a blue shirt is riding a red bike down the busy street near the old market".split()
 

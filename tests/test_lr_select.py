@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from conftest import fake_run, needs_data, seen, stored_run, tiny_overrides, write_results
 from headsweep.config import compose
-from headsweep.reports.report import write_report
+from headsweep.reports.sweep.page import write_report
 from headsweep.sweeps import launch as L
 from headsweep.sweeps import lr_select as LR
 from headsweep.sweeps import sweep as S
@@ -360,7 +360,7 @@ def test_report_shows_the_grid_the_choice_and_both_comparisons(tmp_path):
 
 
 def test_a_choice_inside_the_grid_is_said_and_one_at_its_edge_is_flagged():
-    from headsweep.reports.report_lr import edge_lines
+    from headsweep.reports.sweep.lr import edge_lines
 
     grid = dict.fromkeys("abc", [5e-4, 1e-3, 2e-3])  # each cell's grid
     assert edge_lines({"a": 1e-3, "b": 1e-3}, grid) == [
@@ -388,7 +388,7 @@ def test_a_cell_chooses_within_its_own_grid_when_another_cell_s_grid_was_widened
     """kv_heads_lr's shape: the base's grid was widened to 4e-3 by a later command, kv 4's never was. kv 4 chose
     among its own three rates (no "waits" for a 4e-3 run nobody planned), its row says which rate was not in
     its grid, and its choice at the top of its own grid is flagged as an edge, the base's 2e-3 is not."""
-    from headsweep.reports.report_lr import cell_grids, edge_lines, grid_words
+    from headsweep.reports.sweep.lr import cell_grids, edge_lines, grid_words
 
     root, data = tmp_path / "results", tmp_path / "data"
     data.mkdir()

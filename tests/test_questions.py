@@ -8,8 +8,8 @@ import pytest
 
 from headsweep.config import ROOT
 from headsweep.reports import build as B
-from headsweep.reports import questions as Q
-from headsweep.reports.cells import ReportError
+from headsweep.reports.site import questions as Q
+from headsweep.reports.sweep.cells import ReportError
 
 SPECS = ROOT / "sweeps"
 

@@ -13,7 +13,8 @@ from sacrebleu.significance import PairedTest
 from conftest import write_results
 from headsweep.config import compose
 from headsweep.reports import build as B
-from headsweep.reports import report as R
+from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import summary as N
 
 REFS = [
     "a man is riding a red bike down the street .",
@@ -117,7 +118,7 @@ def sweep_dir(tmp_path):
 def rows_by_label(root):
     runs, unfinished = R.load_runs(root / "table3_a")
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=200)
+    N.summarize(cells, n_samples=200)
     return cells, {c.label: c.row for c in cells}, unfinished
 
 
@@ -162,7 +163,7 @@ def test_paper_rows_match_by_settings_relative_to_the_base(sweep_dir):
 
 
 def test_paper_row_lookup_for_other_rows():
-    rows = R.paper_row.__globals__["table3"]()
+    rows = N.paper_row.__globals__["table3"]()
     small = {
         "N": 3,
         "d_model": 256,
@@ -174,7 +175,7 @@ def test_paper_row_lookup_for_other_rows():
         "eps_ls": 0.1,
         "pos": "sinusoid",
     }
-    match = lambda **kw: R.paper_row({**small, **kw}, small, rows)  # noqa: E731
+    match = lambda **kw: N.paper_row({**small, **kw}, small, rows)  # noqa: E731
     assert (match(d_k=8)["row"], match(d_k=8)["dev_bleu"]) == ("B", 25.1)  # d_k 16 at the paper's scale
     assert match(N=1)["dev_bleu"] == 23.7 and match(d_model=512, d_k=64, d_v=64)["dev_bleu"] == 26.0
     assert match(d_ff=2048)["dev_bleu"] == 26.2
@@ -205,6 +206,9 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     assert "  - `h16-dk16-dv16-s1`: no results.json" in md and "  - `h32-dk8-dv8-s1`: DataError: bad" in md
     html = paths[1].read_text()
     assert '<td style="text-align:right">31.00 ± 1.41</td>' in html and 'src="table3_a-bleu.png"' in html
+    # the page's last line names the module that wrote it, in the markdown and in the page
+    assert md.endswith("\n---\n\n*written by `headsweep.reports.sweep.page`*\n")
+    assert "written by <code>headsweep.reports.sweep.page</code>" in html
 
 
 def test_no_runs_is_one_clear_error(tmp_path, capsys):
@@ -270,7 +274,7 @@ def test_analysis_section_for_analysed_runs(sweep_dir, tmp_path, monkeypatch):
 
 
 def test_holm_adjustment_by_hand():
-    from headsweep.reports.significance import holm
+    from headsweep.reports.sweep.significance import holm
 
     # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> monotone: 0.06
     assert holm([0.01, 0.04, 0.03, 0.005, None]) == pytest.approx([0.03, 0.06, 0.06, 0.02, None])
@@ -289,7 +293,7 @@ def test_holm_and_seed_test_in_the_table(sweep_dir):
     assert max(h4["p_holm"], h2["p_holm"]) == pytest.approx(max(expected_small, large))
     assert h4["p_seeds"] == pytest.approx(ttest_ind([29.0, 28.0], [30.0, 32.0], equal_var=False).pvalue)
     assert h2["p_seeds"] is None  # one seed: no spread to test against
-    words = R.verdicts(cells)
+    words = N.verdicts(cells)
     assert len(words) == 2 and all("Holm" in w for w in words)
     assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w for w in words)
     assert any(w.startswith("h2-dk128-dv128: ") and "one seed per side" in w for w in words)
@@ -314,11 +318,11 @@ def test_learning_curves_and_ranking_stability(sweep_dir, tmp_path):
         if h in curves:
             write_curve(run, curves[h])
     cells, _, _ = rows_by_label(sweep_dir)
-    from headsweep.reports.report_plots import cell_curve
+    from headsweep.reports.sweep.plots import cell_curve
 
     base = next(c for c in cells if c.base)
     assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 30.0], [0.0, 0.0])
-    ranking = R.ranking_stability(cells)
+    ranking = N.ranking_stability(cells)
     assert (ranking["half_step"], ranking["last_step"]) == (400, 800)
     assert ranking["order_half"] == ["h4-dk64-dv64", "h8-dk32-dv32", "h2-dk128-dv128"]
     assert ranking["order_last"] == ["h8-dk32-dv32", "h4-dk64-dv64", "h2-dk128-dv128"]
@@ -352,7 +356,7 @@ def test_a_cell_off_table_3_has_no_paper_row_and_bookkeeping_gets_no_column(tmp_
     (root / "hd").rmdir()
     runs, _ = R.load_runs(root)
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     assert R.varied_keys(cells) == ["model.head_dropout"]
     base, hd = cells
     assert base.base and base.row["paper"]["row"] == "base"
@@ -420,14 +424,14 @@ def test_val_loss_falling_throughout_is_one_line_for_all_runs(sweep_dir, tmp_pat
 
 
 def test_val_loss_check_counts_equal_losses_and_skips_runs_without_two_validations(sweep_dir):
-    from headsweep.reports.cells import val_loss_rises
+    from headsweep.reports.sweep.cells import val_loss_rises
 
     runs, _ = R.load_runs(sweep_dir / "table3_a")
     assert all(val_loss_rises(r) is None for r in runs)  # the fixture's CSVs have no validation rows
     write_curve(runs[0].dir, {230: (1.0, 3.0), 460: (2.0, 3.0), 690: (3.0, 2.0)})  # flat at 460: not a fall
     assert val_loss_rises(runs[0]) == [(460, 3.0, 3.0)]
     cells = R.group_cells(runs)
-    note = R.notes(sweep_dir / "table3_a", runs, cells, R.summarize(cells, n_samples=50), [])
+    note = R.notes(sweep_dir / "table3_a", runs, cells, N.summarize(cells, n_samples=50), [])
     assert any(
         line.startswith("Val loss did not fall at every validation in 1 of 1 runs:\n")
         and "did not fall at step 460 (3.0000 → 3.0000)" in line
@@ -457,7 +461,7 @@ def test_a_copied_older_run_missing_newer_keys_groups_by_the_settings_alone(tmp_
 
 
 def test_p_values_below_three_decimals_print_as_a_bound_not_as_zero():
-    from headsweep.reports.report_table import fmt_p, p_words
+    from headsweep.reports.sweep.table import fmt_p, p_words
 
     assert [fmt_p(p) for p in (0.0004, 0.0005, 0.012)] == ["< 0.001", "0.001", "0.012"]
     assert p_words(0.0001) == "p < 0.001" and p_words(0.03) == "p = 0.030"
@@ -535,7 +539,7 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     assert "threads" not in R.varied_keys(R.group_cells(runs))
     assert sorted({r.flat["module.peak_lr"] for r in runs}) == pytest.approx([2e-3 / 2**0.5, 2e-3 * 2**0.5])  # width
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     rows = {c.label: c.row for c in cells}
     wide_h32, wide_h8 = rows["h32-dk16-dv16-dm512-ff2048"], rows["h8-dk64-dv64-dm512-ff2048"]
     assert wide_h32["against"] == "h8-dk64-dv64-dm512-ff2048" and wide_h32["delta"] == pytest.approx(33.5 - 37.0)
@@ -551,7 +555,7 @@ def test_a_cell_of_another_width_is_compared_with_the_base_scaled_to_its_width(t
     assert any(
         "worse than h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
         or "against h8-dk64-dv64-dm512-ff2048 (the base at its size)" in w
-        for w in R.verdicts(cells)
+        for w in N.verdicts(cells)
     )
 
 
@@ -599,8 +603,8 @@ def test_report_names_the_machines_a_sweep_mixed(sweep_dir, tmp_path):
 
 
 def test_no_p_value_below_0001_prints_as_zero():
-    from headsweep.reports import budget
-    from headsweep.reports import compare as C
+    from headsweep.reports.pages import budget
+    from headsweep.reports.pages import compare as C
 
     assert budget.p_text(2e-5) == "< 0.001" and budget.p_text(0.0123) == "0.012"
     found = [
@@ -622,7 +626,7 @@ def seed_cell(label: str, seeds: int, base: bool = False, **flat):
     """A cell for the plots alone: its runs' settings and the report's numbers."""
     from types import SimpleNamespace
 
-    from headsweep.reports.cells import Cell
+    from headsweep.reports.sweep.cells import Cell
 
     runs = [SimpleNamespace(flat=flat, base=base, seed=s) for s in range(1, seeds + 1)]
     ys = [30.0 + flat.get("model.heads", 1) / 10 + s / 5 for s in range(seeds)]
@@ -660,7 +664,7 @@ KEYS = ["model.d_model", "model.d_ff", "model.heads", "model.d_k", "model.d_v", 
 
 
 def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     fig, caption = P.bleu_figure("heads_by_width", heads_by_width_cells(), KEYS)
     ax = fig.axes[0]
@@ -674,7 +678,7 @@ def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
 
 
 def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     keys = ["model.init", "module.decay_by"]
     cells = [
@@ -696,7 +700,7 @@ def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
 
 
 def test_params_plot_labels_do_not_overlap():
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     fig, _ = P.params_figure("heads_by_width", heads_by_width_cells())
     fig.canvas.draw()
@@ -716,8 +720,8 @@ def test_params_plot_labels_do_not_overlap():
 
 
 def test_plots_of_one_seed_per_cell_do_not_claim_a_mean_over_seeds(tmp_path):
-    from headsweep.reports import compare as C
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.pages import compare as C
+    from headsweep.reports.sweep import plots as P
     from test_compare import analysis, write_runs
 
     groups = write_runs(tmp_path, {"a": [analysis(0.0)], "b (base)": [analysis(0.1)]})
@@ -737,7 +741,7 @@ def test_a_one_seed_figure_says_so_and_spans_the_seed_noise():
     """One seed per cell: "(1 seed)" in the title, a y-range at least 4 seed sds wide (the sd measured on the
     cells with 3 seeds: report_plots.seed_spread) and the base's ± 1 sd shaded, so two cells 0.3 BLEU apart
     do not fill the plot as an effect would."""
-    from headsweep.reports import report_plots as P
+    from headsweep.reports.sweep import plots as P
 
     cells = [
         seed_cell(f"h{h}", 1, base=h == 8, **{"model.heads": h, "model.d_k": 256 // h, "model.d_v": 256 // h})

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from headsweep.reporting.plots import pyplot, save_figure, ticks_path
-from headsweep.reports import report_check as C
+from headsweep.reports.site import check as C
 
 BACK = '<p><a href="index.html">← all reports</a></p>'
 

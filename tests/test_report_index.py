@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from headsweep.reports import report_index as I
-from headsweep.reports.cells import Run
+from headsweep.reports.site import experiments as I
+from headsweep.reports.sweep.cells import Run
 
 
 def run_at(path: Path, shared_from: str | None = None) -> Run:
@@ -160,7 +160,7 @@ def test_the_question_column_groups_rows_and_a_rate_has_one_format():
 
 
 def test_the_parallel_coordinates_page_has_an_axis_per_varied_setting_and_a_line_per_experiment(tmp_path):
-    from headsweep.reports import report_site as S
+    from headsweep.reports.site import index as S
 
     data = S.compare_data(RECORDS, {"table3_a": "row_a"})
     names = [a["name"] for a in data["axes"]]

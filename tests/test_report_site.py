@@ -13,8 +13,9 @@ import pytest
 
 from conftest import write_results
 from headsweep.reports import build as B
-from headsweep.reports import report as R
-from headsweep.reports import report_check
+from headsweep.reports.site import check as report_check
+from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import summary as N
 from test_compare import analysis
 from test_report import CELLS, REFS, make_run, write_curve
 
@@ -143,7 +144,7 @@ def test_bootstrap_floor_is_printed_as_a_bound(tmp_path):
     sweep = table3_a(tmp_path / "results", data)
     runs, _ = R.load_runs(sweep)
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=100)
+    N.summarize(cells, n_samples=100)
     h2 = next(c for c in cells if c.label == "h2-dk128-dv128").row
     h4 = next(c for c in cells if c.label == "h4-dk64-dv64").row
     assert h2["p"] == pytest.approx(1 / 101) and h2["p_bound"]  # no resample favoured the base
@@ -151,7 +152,7 @@ def test_bootstrap_floor_is_printed_as_a_bound(tmp_path):
     _, body = R.table(cells, R.varied_keys(cells))
     row = next(r for r in body if r[0] == "h2-dk128-dv128")
     assert f"<= {h2['p_holm']:.3f}" in row and f"{h4['p_holm']:.3f}" in next(r for r in body if r[0] == "h4-dk64-dv64")
-    assert any(f"(p <= {h2['p_holm']:.3f})" in w for w in R.verdicts(cells))
+    assert any(f"(p <= {h2['p_holm']:.3f})" in w for w in N.verdicts(cells))
 
 
 def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):
@@ -174,7 +175,7 @@ def test_missing_validation_points_params_plot_precision_and_compile(tmp_path):
         "h8-dk32-dv32 (base): seed 1 has no validation at step 400 (no such row in its metrics CSV); the "
         "learning curve there is the mean of 1 of 2 seeds"
     ) in md
-    from headsweep.reports.report_plots import cell_curve
+    from headsweep.reports.sweep.plots import cell_curve
 
     base = next(c for c in R.group_cells(R.load_runs(sweep)[0]) if c.base)
     assert cell_curve(base, "val/bleu") == ([400, 800], [10.0, 31.0], [0.0, 2**0.5])
@@ -281,7 +282,7 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
 
 
 def test_an_incomplete_sweep_says_so_at_the_top_of_its_page(tmp_path):
-    from headsweep.reports.report_complete import incomplete
+    from headsweep.reports.sweep.complete import incomplete
     from test_report import seed_cell
 
     data = references(tmp_path)
@@ -504,7 +505,7 @@ def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tm
 
 
 def test_a_superseded_page_opens_with_a_banner_linking_what_replaced_it(tmp_path):
-    from headsweep.reports import questions as Q
+    from headsweep.reports.site import questions as Q
 
     questions = Q.load()
     out = tmp_path / "reports"

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from conftest import write_results
 from headsweep import store
 from headsweep.config import compose
-from headsweep.reports.cells import load_runs
+from headsweep.reports.sweep.cells import load_runs
 from headsweep.store.migrate import MigrationError, migrate
 from headsweep.training.runs import export_run
 
@@ -247,7 +247,7 @@ def test_a_view_of_the_old_layout_is_never_replaced(tmp_path):
 def test_a_relative_data_dir_not_on_this_machine_reads_the_configured_corpus(tmp_path, monkeypatch):
     """A migrated record names its corpus relative to the checkout it trained in (.data/multi30k on a GPU
     machine): where that is not here, the report reads the references from this checkout's corpus."""
-    from headsweep.reports.significance import configured_data_dir, run_data_dir
+    from headsweep.reports.sweep.significance import configured_data_dir, run_data_dir
 
     monkeypatch.chdir(tmp_path)
     assert run_data_dir({"dir": ".data/not-here"}) == configured_data_dir()

@@ -15,10 +15,11 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from conftest import stored_run
 from headsweep.data.files import read_lines
-from headsweep.reports import compare, results_check
-from headsweep.reports.cells import hypotheses_path, load_runs
-from headsweep.reports.significance import read_text_lines
+from headsweep.reports.pages import compare
+from headsweep.reports.sweep.cells import hypotheses_path, load_runs
+from headsweep.reports.sweep.significance import read_text_lines
 from headsweep.store import pack as store_pack
+from headsweep.store import results_check
 from headsweep.training.runs import export_run
 from test_store import config, finished_run_dir
 
@@ -147,7 +148,7 @@ def test_the_migration_check_sees_a_changed_analysis_and_a_plain_one_is_unpacked
 def test_greedy_hypotheses_beside_beam_ones_are_left_out_and_the_rest_still_rescores(tmp_path):
     """The store keeps the hypotheses test/bleu scores (beam); greedy ones beside them go, their score stays in
     results.json, and the check re-scores what is kept. A beam file gone is still an error."""
-    from headsweep.reports.cells import learning_curve
+    from headsweep.reports.sweep.cells import learning_curve
 
     results = tmp_path / "results"
     d = scored_run(results, greedy=True)

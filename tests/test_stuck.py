@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from headsweep.reports import build as B
-from headsweep.reports import report as R
-from headsweep.reports import report_stuck as S
-from headsweep.reports.report_convergence import last_third_share
+from headsweep.reports.sweep import page as R
+from headsweep.reports.sweep import stuck as S
+from headsweep.reports.sweep import summary as N
+from headsweep.reports.sweep.convergence import last_third_share
 from test_report import CELLS, REFS, make_run, write_curve
 
 # Val loss at the validation nearest 40% of max_steps 800 (step 400: 320 is 80 from it, 120 from 200), and the
@@ -48,7 +49,7 @@ def sweep_root(tmp_path):
 def cells_of(root):
     runs, _ = R.load_runs(root / "table3_a")
     cells = R.group_cells(runs)
-    R.summarize(cells, n_samples=20)
+    N.summarize(cells, n_samples=20)
     return cells, {c.label: c for c in cells}
 
 
@@ -188,9 +189,9 @@ def test_a_new_sweep_does_not_move_an_old_sweeps_flags(sweep_root, monkeypatch):
     assert h4_seed3_flagged() == (False, pytest.approx((0.65 + 1.26) / 2))
     # the earlier sweep as the calibration set: its own rule (no gap: the shipped value), whatever lands later
     monkeypatch.setattr(S, "CALIBRATION_SWEEPS", ("table3_a",))
-    pool = R.early_pool(sweep_root)
+    pool = N.early_pool(sweep_root)
     assert pool["calibration"]["n_sweeps"] == 1 and len(pool["runs"]) == 13  # 8 + the later sweep's 5 slow runs
-    assert R.pooled_threshold(pool).calibration
+    assert N.pooled_threshold(pool).calibration
     assert h4_seed3_flagged() == (True, S.SHIPPED_THRESHOLD)
 
 
@@ -214,7 +215,7 @@ def test_the_rule_on_the_shipped_runs_gives_the_documented_threshold_and_the_iss
     ]
     if not all((root / s).is_dir() for s in sweeps):
         pytest.skip("the shipped results are not in this checkout")
-    pool = R.early_pool(root, sweeps)
+    pool = N.early_pool(root, sweeps)
     t = S.choose_threshold(pool["excesses"], pool["base_excesses"], pool["n_sweeps"])
     assert t.how == "data" and t.value == pytest.approx(S.SHIPPED_THRESHOLD, abs=5e-4)
     assert t.gap == pytest.approx((0.337, 0.391), abs=5e-4) and t.seed_sd == pytest.approx(0.029, abs=5e-4)
@@ -274,7 +275,7 @@ def test_a_learning_rate_grids_runs_are_not_pooled_for_the_threshold():
     if not (root / "kv_heads_lr").is_dir():
         pytest.skip("the shipped results are not in this checkout")
     assert any("-lr0.0005-" in p.name for p in (root / "kv_heads_lr").iterdir())  # the grid runs are there
-    pool = R.early_pool(root, ["kv_heads_lr"])
+    pool = N.early_pool(root, ["kv_heads_lr"])
     assert pool["runs"] and not any("-lr0." in name for name in pool["runs"])
     assert len(pool["runs"]) == len(
         {os.path.realpath(p) for p in (root / "kv_heads_lr").iterdir() if p.is_dir() and "-lr0." not in p.name}
@@ -312,7 +313,7 @@ def test_a_run_at_another_rate_is_compared_with_the_base_at_that_rate(sweep_root
         runs, _ = R.load_runs(sweep)
         runs, grid = R.split_grid_runs(runs)
         cells = R.group_cells(runs)
-        R.summarize(cells, n_samples=20)
+        N.summarize(cells, n_samples=20)
         return cells, {c.label: c for c in cells}, grid
 
     cells, by, grid = cells_and_grid()

@@ -741,7 +741,7 @@ TINY = tiny_overrides(None, "logger.wandb.mode=offline")
 @needs_data
 def test_tiny_sweep_end_to_end_then_report(tmp_path, capsys, monkeypatch):
     """table3_e (2 cells x 1 seed) through the real Hydra multirun, then its report; then nothing to rerun."""
-    from headsweep.reports.report import write_report
+    from headsweep.reports.sweep.page import write_report
 
     args = [
         "--sweep",

@@ -1,4 +1,4 @@
-"""Table 3 by one command (headsweep.sweeps.table3) and its page (headsweep.reports.table3): the rows checked
+"""Table 3 by one command (headsweep.sweeps.table3) and its page (headsweep.reports.pages.table3): the rows checked
 before anything is planned, one base run shared by every row; the page on a tiny fake store (a row at the earlier
 protocol, a row with only its learning-rate grid, a row not run, a run under another protocol left out, a row
 under the new start, a row whose base ran on another machine class), its verdicts by hand; reports/table3.json
@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 from conftest import write_results
 from headsweep import store
 from headsweep.config import SWEEPS_DIR, compose
-from headsweep.reports import table3 as T
-from headsweep.reports import table3_page as TP
-from headsweep.reports import table3_rows as R
+from headsweep.reports.pages import table3 as T
+from headsweep.reports.pages import table3_page as TP
+from headsweep.reports.pages import table3_rows as R
 from headsweep.sweeps import table3 as P
 from headsweep.sweeps.lr_select import LR_KEY, parse_grid, plan_lr
 
@@ -79,7 +79,7 @@ def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch
     }
     assert grids == want
     assert "from 5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in capsys.readouterr().out
-    from headsweep.reports.table3_rows import EARLIER, PROTOCOLS
+    from headsweep.reports.pages.table3_rows import EARLIER, PROTOCOLS
 
     assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOLS[EARLIER]["words"]
 
@@ -458,7 +458,7 @@ QUESTIONS = [
 def test_the_page_index_and_readme_render_each_verdict_from_the_record(fake_root, data, tmp_path):
     """Every verdict word the page, the index and README's answers show for a cell is table3.json's; a record
     changed after the page was written is caught (the checker can fail)."""
-    from headsweep.reports import questions as Q
+    from headsweep.reports.site import questions as Q
 
     row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
     out = tmp_path / "reports"
@@ -490,7 +490,7 @@ SHIPPED_REPORTS = SWEEPS_DIR.parent / "reports"
 
 @pytest.mark.skipif(not (SHIPPED_REPORTS / "table3.json").is_file(), reason="no shipped reports/table3.json")
 def test_the_shipped_page_index_and_readme_say_table3_jsons_verdicts():
-    from headsweep.reports import questions as Q
+    from headsweep.reports.site import questions as Q
 
     rec = json.loads((SHIPPED_REPORTS / "table3.json").read_text())
     index, readme = (SHIPPED_REPORTS / "index.md").read_text(), (SWEEPS_DIR.parent / "README.md").read_text()
@@ -506,7 +506,8 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
     table3_b_fan_in shows the same runs beside another base 0.3 lower, where its own reading would flag seeds 2
     and 3 (0.40, 0.45 > 0.364). One rule, one reference (the run's home sweep's): neither page flags them."""
     from headsweep.reports import build as B
-    from headsweep.reports import report as RP
+    from headsweep.reports.sweep import page as RP
+    from headsweep.reports.sweep import summary as N
 
     root = tmp_path / "results"
     grid = {"phase": "chosen", "grid": [0.0005, 0.001, 0.002], "select_on": "val/loss"}
@@ -530,7 +531,7 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
             base=True,
             early=early,
         )
-    pool = RP.early_pool(root)
+    pool = N.early_pool(root)
     flags = {}
     for sweep in ("heads_home", "table3_b_fan_in"):
         runs, _ = RP.load_runs(root / sweep, sweep)

@@ -152,7 +152,7 @@ def test_make_sweep_prints_the_update_check_before_anything_trains(tmp_path, cap
 def test_the_report_section_reads_each_cells_recorded_check():
     from types import SimpleNamespace
 
-    from headsweep.sweeps.init_check import update_check_section
+    from headsweep.reports.sweep.checks import update_check_section
 
     (f8, c8), (f32, c32) = cell(BASE), cell(H32)
     run = lambda flat, check: SimpleNamespace(seed=1, flat=flat, results={"update_check": check})  # noqa: E731

@@ -1,4 +1,4 @@
-"""The one verdict rule (headsweep.reports.verdicts): Welch's interval and p over seeds against a closed form,
+"""The one verdict rule (headsweep.reports.pages.verdicts): Welch's interval and p over seeds against a closed form,
 Holm across a page's cells by hand, each margin of the rule on both sides, fewer than 2 seeds, a comparison that
 would cross machine classes (one line, nothing computed), a cell with seeds on two classes, under-training."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from scipy import stats
 
-from headsweep.reports import verdicts as V
+from headsweep.reports.pages import verdicts as V
 
 XEON = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None}
 EPYC = {"cpu": "AMD EPYC 7B13", "cpu_class": "AVX512 + AVX512-BF16 (bf16 units)", "gpu": None}

@@ -54,7 +54,7 @@ NOT_RECORDED = "not recorded"  # a run from before results.json named its machin
 def run_class(machine: dict | None) -> str:
     """A run's machine class from results.json's `machine`: the GPU model where it trained on one (the GPU did the
     arithmetic), else the CPU class (cpu_class); NOT_RECORDED for a run from before the record named it. bf16
-    kernels differ between classes, so a comparison stays within one (reports.verdicts)."""
+    kernels differ between classes, so a comparison stays within one (reports.pages.verdicts)."""
     if not machine:
         return NOT_RECORDED
     return machine.get("gpu") or machine.get("cpu_class") or NOT_RECORDED

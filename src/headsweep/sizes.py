@@ -1,6 +1,6 @@
 """The sizes runs are compared by, resolved from a run's config: d_k and d_v per head, key/value heads where
 the model has them (their nulls resolved by headsweep.model.resolve_heads, the one place), parameters by part,
-the attention FLOPs per token, and the run name built from them. Arithmetic on plain dicts: the config a run
+the attention FLOPs per token (headsweep.identity names runs by them). Arithmetic on plain dicts: the config a run
 logs to W&B and the report both use it."""
 
 from __future__ import annotations
@@ -27,12 +27,6 @@ def shares_kv(model) -> bool:
 def model_of(flat: dict) -> dict:
     """The model config of a flattened one (model.heads -> heads, ...)."""
     return {k.removeprefix("model."): v for k, v in flat.items() if k.startswith("model.")}
-
-
-def run_name(heads: int, d_k: int, d_v: int, parts=(), seed=None) -> str:
-    """h8-dk32-dv32[-<part>...][-s<seed>]: a cell's label, and with its seed a run's name. The one builder of
-    both: a training's default run name (training.checks) and a sweep's cell labels (sweeps.specs)."""
-    return "-".join([f"h{heads}-dk{d_k}-dv{d_v}", *parts, *([f"s{seed}"] if seed is not None else [])])
 
 
 def resolved_sizes(model: dict) -> dict:

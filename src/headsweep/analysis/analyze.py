@@ -28,7 +28,7 @@ which is where the time goes: see `--max-sentences` and `--step` in --help.
 
 Writes <run>/analysis/{analysis.md, analysis.json, *.png}, logs the same to a W&B run (job_type
 "analysis", offline unless WANDB_MODE says otherwise) and prints a summary.
-reports/compare.py compares the analyses of a head-dropout sweep's runs (`make report`).
+reports/pages/compare.py compares the analyses of a head-dropout sweep's runs (`make report`).
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ import torch
 
 from headsweep.analysis.fixed import pattern_of
 from headsweep.analysis.maps import resolve_sentences
-from headsweep.analysis.markdown import markdown, summary
+from headsweep.analysis.markdown import markdown
 from headsweep.analysis.measures import FILES, analysis_record, attention_maps, measure, write_plots
 from headsweep.analysis.roles import METRICS
 from headsweep.analysis.settings import AnalysisError, AnalysisSettings
+from headsweep.analysis.summary import summary
 from headsweep.data import DataError
 from headsweep.model import ATTENTION_KINDS
 from headsweep.training.runs import RunError, load_run

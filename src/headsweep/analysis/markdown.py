@@ -1,10 +1,9 @@
 """The analysis of one model in words and tables: analysis.md and the printed summary (the comparison
-across a sweep's analysed runs is reports/compare.py)."""
+across a sweep's analysed runs is reports/pages/compare.py)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from headsweep.analysis.fixed import LEGEND, fixed_words, head_label, name_label
 from headsweep.analysis.importance import KIND_NAMES, NORMALISATION, POOLS
@@ -368,59 +367,3 @@ def _maps_md(a: dict) -> list[str]:
         lines += [f"**{m['tag']}**: {m['source']}  →  {m['target']} (target side: {m['target_side']})", ""]
         lines += [f"![{kind}]({name})" for kind, name in m["files"].items()] + [""]
     return lines
-
-
-def summary(a: dict, out: Path) -> str:
-    full, pools, s = a["full"], a["pruning"]["pools"], a["settings"]
-    single = sorted(a["single_head"], key=lambda r: -r["delta_loss"])
-    fmt = lambda r: f"{r['kind']} L{r['layer']}H{r['head']} {r['delta_loss']:+.3f}"  # noqa: E731
-    roles = a["roles"]["heads"]
-    lines = [
-        "",
-        f"analysis of {a['run_name']} on {a['split']} ({s['sentences_decoded']} sentences decoded, "
-        f"{s['sentences_importance']} for importance and roles; {a['cost']['decodes']} decodes, "
-        f"{a['cost']['total_seconds'] / 60:.1f} min)",
-        f"  decoding: {s.get('decoding', 'greedy')}",
-        f"  full model: BLEU {full['bleu']:.2f}, loss {full['loss']:.3f}",
-        *[f"  fixed heads: {w}" for w in fixed_words(a.get("fixed_heads"), a["model"]["heads"])],
-        "  importance (normalised per layer by its l2 norm), max / min head per kind:",
-    ]
-    for kind in ATTENTION_KINDS:
-        rows = [r for r in roles if r["kind"] == kind]
-        hi, lo = max(rows, key=lambda r: r["importance"]), min(rows, key=lambda r: r["importance"])
-        lines.append(
-            f"    {KIND_NAMES[kind]:<26} L{hi['layer']}H{hi['head']} {hi['importance']:.2f} / "
-            f"L{lo['layer']}H{lo['head']} {lo['importance']:.2f}"
-        )
-    lines += [
-        "  removing one head (loss change over the split, nats/token): worst "
-        + ", ".join(fmt(r) for r in single[:3])
-        + "; least "
-        + ", ".join(fmt(r) for r in single[-2:]),
-        f"  prunable within {s['tolerance']:g} BLEU (importance order / random mean):",
-    ]
-    for pool in POOLS:
-        p = pools[pool]["prunable"]
-        lines.append(
-            f"    {'all heads' if pool == 'all' else KIND_NAMES[pool]:<26} {p['importance']:.0%} / "
-            f"{_f(p['random_mean'], '{:.0%}')} of {pools[pool]['n_heads']}"
-        )
-    lines.append(
-        "  most sensitive kind: "
-        + ", ".join(
-            f"{KIND_NAMES[r['kind']]} {-r['bleu_drop_half']:+.2f} BLEU at {r['removed']:.0%} removed"
-            for r in a["kinds"]
-        )
-    )
-    lines += [
-        "  roles: "
-        + ", ".join(f"{k} {v}" for k, v in a["roles"]["counts"].items())
-        + f" (positional >= {s['pos_threshold']:.0%}, rare words >= {s['rare_threshold']:.0%})",
-        *[f"  {w}" for w in locality_words(a.get("layer_roles", []))],
-        *[
-            f"  near-duplicate heads ({KIND_NAMES[kind]}): " + (_groups(a, kind, k["groups"]) or "none")
-            for kind, k in a.get("redundancy", {}).get("kinds", {}).items()
-        ],
-        f"  outputs: {out}  (analysis.md, analysis.json, *.png)",
-    ]
-    return "\n".join(lines)

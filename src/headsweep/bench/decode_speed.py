@@ -12,7 +12,7 @@ test sentences (all of the test split unless --sentences) are decoded by each ce
 sweep's training precision unless --precision; --repeats N interleaves N rounds and keeps each cell's best.
 
 Writes results/<sweep>/decode_speed.json (the report's table shows it:
-headsweep.reports.report_table.decode_speed_columns) and prints a table.
+headsweep.reports.sweep.table.decode_speed_columns) and prints a table.
 The KV-cache bytes per token are the closed form (headsweep.model.kv_cache_bytes), checked against the
 cache tensors of a real decoding step of each model.
 """

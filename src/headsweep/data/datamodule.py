@@ -161,23 +161,7 @@ class TranslationDataModule(pl.LightningDataModule):
 
     def _choose_source(self) -> str:
         """local or hub: source=local takes the hub's copy (hub_fallback) when `dir` does not exist."""
-        if self.source == "hub":
-            return "hub"
-        d = Path(self.dir).absolute()
-        if d.is_dir():
-            log.info("data: local files in %s", d)
-            return "local"
-        if not self.hub_fallback:
-            self._check_dir()  # raises: the folder and how to point elsewhere
-        name = self.hub_fallback["name"]
-        if reason := hub.hub_unreachable():
-            raise DataError(
-                f"no data directory at {d}, and its copy on the Hugging Face hub ({name}) is out of "
-                f"reach ({reason}): put the files there (or point data.dir=PATH or {DATA_ENV}=PATH at "
-                "them), or run where huggingface.co can be reached"
-            )
-        log.warning("data: %s not found; the same corpus from the Hugging Face hub instead (%s)", d, name)
-        return "hub"
+        return hub.choose_source(self.source, self.dir, self.hub_fallback, self._check_dir)
 
     def _load_hub(self, split: str) -> tuple[list[str], list[str]]:
         """A split from the hub: the configured dataset (source=hub), or the local corpus's copy there."""

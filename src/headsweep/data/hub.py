@@ -3,13 +3,17 @@ reached at all: without one, `datasets` retries for half a minute before it fail
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+from pathlib import Path
 from urllib.parse import urlparse
 
 import datasets
 
-from headsweep.data.files import DataError, clean_pairs
+from headsweep.data.files import DATA_ENV, DataError, clean_pairs
+
+log = logging.getLogger("headsweep.data.datamodule")  # the data module's own lines: where a reader looks
 
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")  # set: datasets reads its local cache only
 
@@ -56,3 +60,25 @@ def load_hub_pairs(name: str, config: str | None, split: str, columns: dict[str,
             )
         out.append([x if isinstance(x, str) else "" for x in flat[col]])
     return clean_pairs(out[0], out[1], f"{what} split '{split}'")
+
+
+def choose_source(source: str, data_dir: str, hub_fallback: dict | None, missing_dir) -> str:
+    """local or hub: source=local takes the hub's copy (hub_fallback) when `data_dir` does not exist, where the
+    hub can be reached; `missing_dir()` raises the missing folder's own error where the config names no copy."""
+    if source == "hub":
+        return "hub"
+    d = Path(data_dir).absolute()
+    if d.is_dir():
+        log.info("data: local files in %s", d)
+        return "local"
+    if not hub_fallback:
+        missing_dir()  # raises: the folder and how to point elsewhere
+    name = hub_fallback["name"]
+    if reason := hub_unreachable():
+        raise DataError(
+            f"no data directory at {d}, and its copy on the Hugging Face hub ({name}) is out of "
+            f"reach ({reason}): put the files there (or point data.dir=PATH or {DATA_ENV}=PATH at "
+            "them), or run where huggingface.co can be reached"
+        )
+    log.warning("data: %s not found; the same corpus from the Hugging Face hub instead (%s)", d, name)
+    return "hub"

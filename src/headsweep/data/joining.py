@@ -7,7 +7,7 @@ Joined as text, not as token ids: the tokenizer's Metaspace pre-tokenizer splits
 word's start (the first one's too: prepend_scheme always), so a joined text tokenizes to its sentences' tokens
 one after another, the same ids a token-level join would give (tests/test_join.py checks it), while the joined
 strings are also what decoding yields and what sacreBLEU scores: the references of a joined run are its
-reference lines joined by this same function (reports.significance.references)."""
+reference lines joined by this same function (reports.sweep.significance.references)."""
 
 from __future__ import annotations
 

@@ -30,6 +30,17 @@ def with_back_link(markdown: str, index: str = INDEX) -> str:
     return f"{link}\n\n{markdown}"
 
 
+FOOTER = "*written by `"
+
+
+def with_footer(markdown: str, module: str) -> str:
+    """A page's markdown ending with the module that wrote it (`__spec__.name`, which stays the module's dotted
+    name under `python -m`), so that a reader who wants to change a page knows where to look; a footer already
+    there (the page written again) replaced."""
+    body = markdown.split(f"\n---\n\n{FOOTER}", 1)[0].rstrip("\n")
+    return f"{body}\n\n---\n\n{FOOTER}{module}`*\n"
+
+
 def first_heading(markdown: str, default: str) -> str:
     return next((line.lstrip("# ").strip() for line in markdown.splitlines() if line.startswith("# ")), default)
 

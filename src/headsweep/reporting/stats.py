@@ -2,7 +2,7 @@
 with one base, Welch's t-test over seeds' scores, Kendall's tau between two rankings (scipy), and ordinary
 least squares with confidence intervals (the cross-sweep fit, the budget view's interaction), a paired t-interval
 (make budgets' cooldown shapes on one trunk) and the difference of two cells' means over seeds with its interval
-(reports.budgets)."""
+(reports.pages.budgets)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     python -m headsweep.reports.build --sweep table3_a|all [--root results] [--out reports] [--samples 1000]
 
-The command line apart from headsweep.reports.report so that the pages that read several sweeps (table3) sit
+The command line apart from headsweep.reports.sweep.page so that the pages that read several sweeps (table3) sit
 above the sweep page they reuse, with no import circle.
 """
 
@@ -12,12 +12,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from headsweep.reports import questions as Q
-from headsweep.reports import report
-from headsweep.reports.cells import ReportError
-from headsweep.reports.report_plots import seed_spread
-from headsweep.reports.report_site import write_index
-from headsweep.reports.table3 import write as write_table3
+from headsweep.reports.pages.table3 import write as write_table3
+from headsweep.reports.site import questions as Q
+from headsweep.reports.site.index import write_index
+from headsweep.reports.sweep import page as report
+from headsweep.reports.sweep import summary
+from headsweep.reports.sweep.cells import ReportError
+from headsweep.reports.sweep.plots import seed_spread
 from headsweep.store import schema_note
 
 
@@ -64,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         threshold = report.stuck_threshold_arg(args.stuck_threshold)
-        names = report.sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
+        names = summary.sweeps_in(args.root) if args.sweep == "all" else [args.sweep]
         if not names:
             raise ReportError(f"no sweep has runs under {args.root}; run `make sweep SWEEP=<name>` first")
         questions = Q.load(root=args.root)  # checked before any page is written
         # once for every page: the threshold, and each run's one Early (a run is flagged alike on every page)
-        pool = report.early_pool(args.root)
+        pool = summary.early_pool(args.root)
         spread = seed_spread(args.root)
         paths = sweep_pages(
             names,
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             every=args.sweep == "all",
         )
-        if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.table3)
+        if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.pages.table3)
             paths += write_table3(args.root, args.out, pool=pool)
         paths += write_index(args.out, args.root, questions)
         if args.readme is not None and Q.write_readme(args.readme, questions):

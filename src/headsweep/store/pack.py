@@ -20,8 +20,8 @@ hypotheses (31 MB over 242 runs) and full-colour analysis figures (12 MB) made r
   reader opens in the browser.
 - A run's stored outputs stay under RUN_LIMIT_BYTES (tests/test_store_size.py checks every run in results/).
 
-    python -m headsweep.reports.results_check migrate [--results results]  # make migrate-results
-    python -m headsweep.reports.results_check check [--results results]    # make results-check
+    python -m headsweep.store.results_check migrate [--results results]  # make migrate-results
+    python -m headsweep.store.results_check check [--results results]    # make results-check
 
 `migrate` is idempotent and proves the numbers unchanged: every run's results.json is read before and after
 (they are never rewritten: byte-identical), and every hypothesis file a record scores is re-scored with

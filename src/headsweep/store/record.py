@@ -20,9 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from headsweep.config import ROOT
 from headsweep.data.files import atomic_write
+from headsweep.identity import flat_heads_as_used
 from headsweep.model import resolve_heads
-from headsweep.model.config import FIXED_KINDS
-from headsweep.model.patterns import DEFAULT_PATTERNS
 
 RESULTS = "results.json"
 SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the store's record
@@ -115,20 +114,8 @@ def flatten_config(cfg: DictConfig) -> dict:
     )
     for key, value in ADDED_SETTINGS.items():
         out.setdefault(key, value)
-    _heads_as_used(out)
+    flat_heads_as_used(out)
     return out
-
-
-def _heads_as_used(out: dict) -> None:
-    """kv_heads, fixed heads and their patterns as the model uses them, so that null and its meaning compare
-    equal: kv_heads null is h; fixed_heads {kind: n} becomes one count per kind (0 where unset); null
-    patterns are the default list."""
-    out["model.kv_heads"] = resolve_heads(None, out["model.heads"], kv_heads=out["model.kv_heads"]).kv_heads
-    out.pop("model.fixed_heads", None)  # a dict was walked into model.fixed_heads.<kind> leaves
-    for kind in FIXED_KINDS:
-        out.setdefault(f"model.fixed_heads.{kind}", 0)
-    if out["model.fixed_patterns"] is None:
-        out["model.fixed_patterns"] = DEFAULT_PATTERNS
 
 
 def experiment_settings(flat: dict) -> dict:

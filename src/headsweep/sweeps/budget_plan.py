@@ -245,7 +245,7 @@ def add_cell(bp: BudgetPlan, template: Job, flat: dict, finished: list) -> None:
         "cooldown": b.fraction,
         "branch_steps": b.points,
         "rate_from": rate_from,
-        "base": template.base,  # the sweep's base cell: what reports.budgets measures every cell against
+        "base": template.base,  # the sweep's base cell: what reports.pages.budgets measures every cell against
     }
     trunk = job(
         f"{cell}-trunk-s{seed}",

@@ -123,7 +123,7 @@ def planned_jobs(bp: BudgetPlan) -> dict[str, dict]:
 def write_note(bp: BudgetPlan) -> None:
     """results/<name>/.budgets.json: the plan (source sweep, budgets, cooldown), and every trunk and branch any
     run of the command selected (merged: the base with SEEDS=3 and the other cells with SEEDS=1 are two commands),
-    which reports.budgets lists as missing until its run lands."""
+    which reports.pages.budgets lists as missing until its run lands."""
     note, b = bp.results / bp.name / NOTE, bp.budgets
     old = json.loads(note.read_text()) if note.is_file() else {}
     write_json(

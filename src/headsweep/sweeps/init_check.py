@@ -2,7 +2,7 @@
 (headsweep.model.diagnostics: each attention projection's gain, the attention output against the residual), and
 a cell that differs from its base by more than TOLERANCE in a quantity it does not vary on purpose gets one line
 saying which cell, which quantity, both values and the likely cause. The same measurements as a markdown table
-for a sweep's report (`init_check_section`), from each run's results.json (`init_check`), or for runs recorded
+for a sweep's report (reports.sweep.checks), from each run's results.json (`init_check`), or for runs recorded
 before it, from their config.
 
 The base of a cell is the sweep's first cell of the same d_model (heads_by_width has one per width; a width
@@ -13,7 +13,7 @@ The update check (issue 54), beside it: each cell's attention output change in i
 (headsweep.training.update_check), against its base's; a cell outside [1/(1+m), 1+m] of the base's in a kind it
 does not vary on purpose (UPDATE_ON_PURPOSE) gets one line (`update_lines`; `make sweep UPDATE_MARGIN=m`, 0.5
 unless given), each run records its own (results.json `update_check`), and the report shows the table
-(`update_check_section`). At one rate W^O's fan-in h * d_v sets how far the attention moves: h 32 at d_k 32
+(reports.sweep.checks). At one rate W^O's fan-in h * d_v sets how far the attention moves: h 32 at d_k 32
 moves 2.0-2.3x the base's; per-matrix rates (module.lr_scaling mup) bring it to 1.02-1.24x.
 """
 
@@ -25,11 +25,11 @@ import math
 
 import torch
 
+from headsweep.identity import follows_heads, varied_model_keys
 from headsweep.model import TransformerConfig
 from headsweep.model.config import resolve_heads
 from headsweep.model.diagnostics import differences, init_check
 from headsweep.reporting.markdown import table as markdown_table
-from headsweep.sizes import model_of, shares_kv
 from headsweep.training.update_check import VOCAB, measure_update  # noqa: F401  (planning and tests import them here)
 
 TOLERANCE = 0.10  # `make sweep`'s line; the test of the shipped sweeps holds them to 5%
@@ -80,19 +80,10 @@ def on_purpose(varied: list[str]) -> tuple[str, ...]:
     return tuple(q for key in varied for q in ON_PURPOSE.get(key, ()))
 
 
-def varied_keys(flat: dict, base: dict) -> list[str]:
-    """The model settings in which a cell differs from its base."""
-    return [
-        k
-        for k in sorted(flat.keys() | base.keys())
-        if k.startswith("model.") and repr(flat.get(k)) != repr(base.get(k))
-    ]
-
-
 def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: float = TOLERANCE):
     """(quantity, cell's value, base's value) where the cell differs from the base by more than `tolerance` in a
     quantity it does not vary on purpose, largest first."""
-    skip = on_purpose(varied_keys(flat, base))
+    skip = on_purpose(varied_model_keys(flat, base))
     if flat.get("model.init_wo") == "mup":  # muP's W^O init moves W^O's scale with its fan-in h * d_v on purpose
         skip += ON_PURPOSE["model.init_wo"]
     found = [d for d in differences(check, base_check, tolerance) if not d[0].startswith(skip)]
@@ -100,11 +91,8 @@ def confounds(flat: dict, base: dict, check: dict, base_check: dict, tolerance: 
 
 
 def likely_cause(flat: dict, base: dict, found: list[tuple[str, float, float]]) -> str:
-    varied = [
-        k
-        for k in varied_keys(flat, base)  # kv_heads that follows h is no setting of its own
-        if not (k == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in (flat, base)))
-    ]
+    # kv_heads that follows h is no setting of its own
+    varied = [k for k in varied_model_keys(flat, base) if not follows_heads(k, [flat, base])]
     sizes = [SIZE_NAMES[k] for k in varied if k in SIZE_NAMES]
     moved = ", ".join(sizes or [k.removeprefix("model.") for k in varied]) or "nothing in the model config"
     what = "init scale" if any(q.startswith("gain") for q, _, _ in found) else "the attention at init"
@@ -238,26 +226,6 @@ def _init_text(flat: dict) -> str:
     return ", ".join(parts)
 
 
-def init_check_section(cells) -> str:
-    """The report's section (cells: headsweep.reports.cells.Cell, base first): each cell's check, from its
-    first run (seed 1 where it has one)."""
-    labels, flats, checks = [], [], []
-    for c in cells:
-        run = min(c.runs, key=lambda r: r.seed)
-        labels.append(c.label)
-        flats.append(run.flat)
-        checks.append(run_check(run.results))
-    note = (
-        f"Each attention projection's gain (sqrt(fan_in) x weight std; 1.00 keeps a unit-variance input's "
-        f"scale) and the attention output's RMS against the residual stream's (first layer, a synthetic batch, "
-        f"mean of {checks[0].get('draws', '')} weight draws) at init, seed "
-        f"{min(r.seed for r in cells[0].runs)} (runs recorded before issue 42: measured from their config, "
-        f"model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
-        "does not vary on purpose carries a confound of the protocol, not of the attention setting."
-    )
-    return "\n".join(["## At init", "", note, "", *init_check_table(labels, flats, checks), ""])
-
-
 # -- the update check (issue 54) ---------------------------------------------------------------------------
 # Beside the init check: from its init each cell takes training.update_check.STEPS Adam steps at its rate on
 # the same synthetic batches, and each attention kind's output change (RMS of the change over RMS at init, on
@@ -311,7 +279,7 @@ def update_settings(flat: dict) -> dict:
 def update_differences(flat: dict, base: dict, check: dict, base_check: dict, margin: float):
     """(kind, the cell's change, the base's) where the ratio is outside [1/(1+margin), 1+margin], in the kinds
     the cell does not vary on purpose, largest first."""
-    skip = {k for key in varied_keys(flat, base) for k in UPDATE_ON_PURPOSE.get(key, ())}
+    skip = {k for key in varied_model_keys(flat, base) for k in UPDATE_ON_PURPOSE.get(key, ())}
     found = []
     for kind in KINDS:
         v, w = check["change"].get(kind), base_check["change"].get(kind)
@@ -414,25 +382,3 @@ def _change_text(check: dict, kind: str) -> str:
         return f"{v:.3f}"
     a = (check.get("change_abs") or {}).get(kind)
     return "from 0" if a is None else f"{a:.3f} (abs, from 0)"
-
-
-def update_check_section(cells) -> str:
-    """The report's section from each cell's first run's `update_check` (results.json); "" where no run has one."""
-    labels, flats, checks = [], [], []
-    for c in cells:
-        by_seed = sorted(c.runs, key=lambda r: r.seed)  # the first seed that measured it (older runs did not)
-        run = next((r for r in by_seed if r.results.get("update_check")), by_seed[0])
-        labels.append(c.label)
-        flats.append(run.flat)
-        checks.append(run.results.get("update_check"))
-    if not any(checks):
-        return ""
-    steps = next(c["steps"] for c in checks if c)
-    note = (
-        f"Each attention kind's output change after {steps} Adam steps from init at the cell's peak rate (no "
-        "warmup; per-matrix rates where module.lr_scaling is mup) on synthetic batches the same for every cell: "
-        "RMS(out_after - out_init) / RMS(out_init) on a fixed batch, every layer of the kind pooled. A cell "
-        f"whose change is outside [{1 / (1 + UPDATE_MARGIN):.2f}x, {1 + UPDATE_MARGIN:.2f}x] of its base's in "
-        "a kind it does not vary on purpose takes steps of another size, a confound of the protocol."
-    )
-    return "\n".join(["## First steps", "", note, "", *update_check_table(labels, flats, checks), ""])

@@ -5,20 +5,8 @@ from __future__ import annotations
 import csv
 from importlib.resources import files
 
-# Table 3's columns as config keys: (config key, Table 3 column, short name in run and cell names).
-TABLE3_KEYS = (
-    ("model.n_layers", "N", "N"),
-    ("model.d_model", "d_model", "dm"),
-    ("model.d_ff", "d_ff", "ff"),
-    ("model.heads", "h", "h"),
-    ("model.d_k", "d_k", "dk"),
-    ("model.d_v", "d_v", "dv"),
-    ("model.dropout", "P_drop", "drop"),
-    ("module.label_smoothing", "eps_ls", "ls"),
-    ("model.positions", "pos", "pos"),
-)
-COLUMNS = {key: column for key, column, _ in TABLE3_KEYS}
-ALIASES = {key: alias for key, _, alias in TABLE3_KEYS}
+from headsweep.identity import TABLE3_KEYS  # the columns as config keys: cells are named by them
+
 INT_COLUMNS = ("N", "d_model", "d_ff", "h", "d_k", "d_v", "train_steps")
 FLOAT_COLUMNS = ("P_drop", "eps_ls", "dev_ppl", "dev_bleu", "params_M")
 

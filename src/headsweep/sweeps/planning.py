@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
+from headsweep.identity import cell_labels
 from headsweep.model.lr_scaling import base_fan_ins
 from headsweep.store import flatten_config
 from headsweep.sweeps.init_check import (
@@ -41,7 +42,6 @@ from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import (
     RESERVED,
     SweepError,
-    cell_labels,
     format_value,
     load_spec,
     row_tag,

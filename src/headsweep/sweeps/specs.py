@@ -16,9 +16,6 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from headsweep.config import SWEEPS_DIR
-from headsweep.model.config import FIXED_KINDS
-from headsweep.sizes import model_of, run_name, shares_kv
-from headsweep.sweeps.paper import ALIASES
 
 # Keys each job sets itself; the same key on the command line would give every job one name/seed.
 # module.lr_base, model.init_wo_base: the base cell's fan-ins, which planning sets from the sweep's base (mup).
@@ -301,67 +298,6 @@ def split_parameters(spec: dict) -> tuple[list[str], list[list[str]]]:
     constants = [f"{k}={format_value(p['value'])}" for k, p in params.items() if "value" in p]
     axes = [[f"{k}={format_value(v)}" for v in p["values"]] for k, p in params.items() if "values" in p]
     return constants, [list(cell) for cell in itertools.product(*axes)]
-
-
-# Cell-name parts of settings outside Table 3 (label_part): h8-dk32-dv32-kv2, ...-fixed_enc7.
-LABEL_ALIASES = {
-    "model.kv_heads": "kv",
-    "model.init_kv_gain": "kvgain",
-    "model.attn_dropout": "attndrop",
-    "model.init_heads": "init",
-    "model.init_heads_noise": "noise",
-    "model.init_wo": "wo",
-    "model.init_wo_gain": "wog",
-    "model.init_ff2_gain": "ff2g",
-    **{f"model.fixed_heads.{kind}": f"fixed_{kind.split('_')[0]}" for kind in FIXED_KINDS},
-}
-
-
-def follows_heads(key: str, flats: list[dict]) -> bool:
-    """kv_heads that equals h in every run is no setting of its own (no head shares its keys and values):
-    no column or name part for it where h varies."""
-    return key == "model.kv_heads" and not any(shares_kv(model_of(f)) for f in flats)
-
-
-def follows_join(key: str, flats: list[dict]) -> bool:
-    """data.max_len set by data.join alone (one value per join: longer examples need a longer limit, the
-    sweep's lengths) is no setting of its own: the name says join8, not join8-max_len256."""
-    if key != "data.max_len":
-        return False
-    joins = {f.get("data.join", 1) for f in flats}
-    return len(joins) > 1 and len({(f.get("data.join", 1), f.get(key)) for f in flats}) == len(joins)
-
-
-def follows_width(key: str, flats: list[dict]) -> bool:
-    """A peak learning rate scaled by d_model^-0.5 in every run (conf/module: width_scaled_lr, the paper's
-    schedule) moves with the model size, not as a setting of its own: Table 3 has no column for it."""
-    if key != "module.peak_lr":
-        return False
-    scaled = {round(f[key] * f["model.d_model"] ** 0.5, 9) for f in flats if f.get(key) is not None}
-    return len(scaled) == 1 and all(f.get(key) is not None for f in flats)
-
-
-def label_part(key: str, value) -> str:
-    alias = ALIASES.get(key) or LABEL_ALIASES.get(key) or key.rsplit(".", 1)[-1]
-    text = f"{value:g}" if isinstance(value, float) else str(value)
-    part = f"{alias}{text}" if isinstance(value, (int, float)) else f"{alias}-{text}"
-    return re.sub(r"[^A-Za-z0-9._-]", "_", part)
-
-
-def cell_labels(flats: list[dict]) -> list[str]:
-    """h8-dk32-dv32, plus each other setting that differs between the cells (N3-dm256-..., drop0.1-...)."""
-    varied = [
-        k
-        for k in flats[0]
-        if len({repr(f.get(k)) for f in flats}) > 1
-        and k not in ("model.heads", "model.d_k", "model.d_v")
-        and not follows_heads(k, flats)
-        and not follows_join(k, flats)
-    ]
-    varied.sort(key=lambda k: list(ALIASES).index(k) if k in ALIASES else len(ALIASES))  # Table 3's order
-    return [
-        run_name(f["model.heads"], f["model.d_k"], f["model.d_v"], [label_part(k, f[k]) for k in varied]) for f in flats
-    ]
 
 
 def row_tag(name: str) -> str:

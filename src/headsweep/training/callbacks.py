@@ -118,7 +118,7 @@ class HeadSimilarity(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # The point at init (identical heads: cos 1, JS 0), not again on a resume. Straight to the loggers: Lightning's
         # self.log here would be written at the end of the first epoch. At step -1, as Lightning writes a validation
-        # after n steps at n - 1 (reports.cells.learning_curve adds the 1 back): after 0 steps.
+        # after n steps at n - 1 (reports.sweep.cells.learning_curve adds the 1 back): after 0 steps.
         datamodule = getattr(trainer, "datamodule", None)
         if trainer.global_step == 0 and datamodule is not None:
             self._keep(next(iter(datamodule.val_dataloader())))

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from headsweep.identity import heads_as_used
 from headsweep.model import Transformer, TransformerConfig
-from headsweep.model.config import FIXED_KINDS
-from headsweep.sizes import model_sizes, run_name, shares_kv
 from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
 from headsweep.training.schema import SchemaError, check_ranges, check_types
@@ -23,21 +21,6 @@ class ConfigError(ValueError):
 
 
 MIN_TIME_S = 60
-
-
-def default_run_name(cfg: DictConfig) -> str:
-    m = cfg.model
-    d_k, d_v, kv = model_sizes(m)
-    shared = [f"kv{kv}"] if shares_kv(m) else []
-    fixed = [f"fixed_{kind.split('_')[0]}{n}" for kind, n in (m.get("fixed_heads") or {}).items() if n]
-    return run_name(m.heads, d_k, d_v, shared + fixed, cfg.seed)
-
-
-def default_cell(run_name: str, tags=()) -> str:
-    """A run's grid cell: its `cell-<label>` tag (`make sweep` sets one per job), else the run name
-    without its seed."""
-    tagged = next((t[len("cell-") :] for t in tags or () if str(t).startswith("cell-")), None)
-    return tagged or re.sub(r"-s\d+$", "", run_name)
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -259,17 +242,6 @@ def check_budget(cfg: DictConfig) -> None:
             f"trainer.max_time={t.max_time} is shorter than one validation (about {MIN_TIME_S} s "
             "with BLEU on 2 CPU cores): give it at least 00:00:01:00"
         )
-
-
-def heads_as_used(model: dict) -> dict[str, object]:
-    """The settings that decide the shapes and roles of a layer's heads, as the model uses them: kv_heads = h
-    is null (no sharing, whatever h: another h is resume's own check), no fixed heads is "none"."""
-    c = TransformerConfig(**model)
-    fixed = {kind: c.fixed(kind) for kind in FIXED_KINDS if c.fixed(kind)}
-    return {
-        "model.kv_heads": c.kv_heads if c.sizes.kv_heads != c.heads else "null (= heads)",
-        "model.fixed_heads": ", ".join(f"{kind} {len(p)} ({' '.join(p)})" for kind, p in fixed.items()) or "none",
-    }
 
 
 def check_heads(model: dict, ckpt: Path, trained: str, advice: str) -> None:

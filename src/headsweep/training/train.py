@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from headsweep.identity import default_cell, default_run_name
 from headsweep.machine import describe
 from headsweep.model.diagnostics import init_check
 from headsweep.sizes import comparison_config
@@ -26,8 +27,6 @@ from headsweep.training.checks import (
     check_config,
     check_devices,
     check_resume,
-    default_cell,
-    default_run_name,
     torch_threads,
 )
 from headsweep.training.module import train_time

@@ -1,0 +1,271 @@
+"""Table 3's page rendered from its record (reports/table3.json, table3_record): the paper, the earlier protocol
+and the new start side by side per cell, the verdicts that moved, then each protocol's full table and rows, and a
+figure. Nothing here computes a verdict: every verdict word is the record's."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from headsweep.reporting.markdown import figure, fmt_p
+from headsweep.reporting.markdown import table as markdown_table
+from headsweep.reports.pages.table3_paper import f, setting_strings
+from headsweep.reports.pages.table3_record import NOT_RUN
+from headsweep.reports.pages.verdicts import interval_text
+from headsweep.sweeps.table3 import ROWS
+
+ROW_COLOURS = {"A": "tab:blue", "B": "tab:orange", "C": "tab:green", "D": "tab:red", "E": "tab:purple"}
+MARKERS = ("o", "s", "^")
+# Rows shipped under protocols before these: their own reports, never rows of this table.
+OLDER = (
+    "Older protocols keep their own pages, never rows of this table: [table3_a](table3_a.md) and "
+    "[table3_b](table3_b.md) (xavier init, one peak rate for every cell), [table3_a_h200](table3_a_h200.md)."
+)
+
+
+def short_class(cls: str | None) -> str:
+    """'H200', 'H100', 'CPU AMX', 'CPU AVX512-BF16': a machine class in a few characters (the record and the
+    row's lines name it in full)."""
+    if not cls:
+        return "—"
+    if "AMX" in cls:
+        return "CPU AMX"
+    if "AVX512-BF16" in cls:
+        return "CPU AVX512-BF16"
+    words = [w for w in cls.replace("NVIDIA", "").split() if any(ch.isdigit() for ch in w)]
+    return words[0] if words else cls
+
+
+def classes_text(c: dict) -> str:
+    if c.get("cell_class") is None:
+        return ""
+    if c["cell_class"] == c["base_class"]:
+        return short_class(c["cell_class"])
+    return f"{short_class(c['cell_class'])} / base {short_class(c['base_class'])}"
+
+
+def side_text(c: dict | None) -> str:
+    """One protocol's side of a cell in the verdicts table: 'Δ [interval], n 3/3, class'."""
+    if c is None or c["verdict"] is None:
+        return NOT_RUN if c is None else c["state"]
+    if c.get("delta") is None:
+        return f"{f(c.get('all_mean'))} BLEU, {classes_text(c)}"
+    return f"{c['delta']:+.2f} {interval_text(c['interval'])}, n {c['n']}/{c['n_base']}, {classes_text(c)}"
+
+
+def verdicts_table(record: dict) -> list[str]:
+    protocols = list(record["protocols"])
+    by = {(c["row"], c["cell"], c["protocol"]): c for c in record["cells"]}
+    keys = list(dict.fromkeys((c["row"], c["cell"]) for c in record["cells"]))
+    header = ["row", "cell", "paper Δ BLEU"]
+    for p in protocols:
+        header += [f"{record['protocols'][p]['title']}: Δ [95% CI], n cell/base, class", "verdict"]
+    body = []
+    for row, name in keys:
+        first = next(by[(row, name, p)] for p in protocols if (row, name, p) in by)
+        pd = first.get("paper_delta")
+        line = [
+            row,
+            name,
+            "no paper cell" if first.get("paper_index") is None else f"{pd:+.1f} ({first['paper_effect']})",
+        ]
+        for p in protocols:
+            c = by.get((row, name, p))
+            line += [side_text(c), "—" if c is None or c["verdict"] is None else f"**{c['verdict']}**"]
+        body.append(line)
+    return markdown_table(header, body)
+
+
+def moved_lines(record: dict) -> list[str]:
+    if not any(c["protocol"] != "earlier" and c["verdict"] for c in record["cells"]):
+        return ["No cell has run under the new start yet, so no verdict can have moved."]
+    if not record["moved"]:
+        return ["No verdict moved: every cell run under both protocols reads the same under each."]
+    return [f"- {m['row']}, {m['cell']}: {m['earlier']} → {m['start']}" for m in record["moved"]]
+
+
+HEADER = [
+    "",
+    "paper PPL (dev)",
+    "paper BLEU (dev)",
+    "paper params ×10⁶",
+    "our val PPL (every seed)",
+    "our test BLEU (every seed)",
+    "our params ×10⁶",
+    "Δ PPL paper / ours",
+    "Δ BLEU paper / ours",
+    "95% CI",
+    "Welch p",
+    "Holm p",
+    "class",
+    "stuck",
+    "rate",
+    "verdict",
+]
+
+
+def wide_row(c: dict, ref: dict, label: str) -> list[str]:
+    p = c.get("paper") or {}
+    if c["verdict"] is None:
+        return [label, *setting_strings(c["settings"], ref), f(p.get("dev_ppl")), f(p.get("dev_bleu"), "{:.1f}"),
+                f(p.get("params_M"), "{:.0f}"), c["state"], *[""] * (len(HEADER) - 5)]  # fmt: skip
+    # the cell as trained (every seed); its Δs are the compared seeds' (one machine class, the verdict's)
+    dppl = None if c.get("val_ppl") is None or c.get("base_val_ppl") is None else c["val_ppl"] - c["base_val_ppl"]
+    sd = f" ± {c['all_sd']:.2f}" if c.get("all_sd") is not None else ""
+    return [
+        label,
+        *setting_strings(c["settings"], ref),
+        f(p.get("dev_ppl")),
+        f(p.get("dev_bleu"), "{:.1f}"),
+        f(p.get("params_M"), "{:.0f}"),
+        f(c.get("all_val_ppl")),
+        f"{f(c.get('all_mean'))}{sd} (n={c['seeds']})",
+        f(c.get("params_M"), "{:.1f}"),
+        f"{f(c.get('paper_dppl'), '{:+.2f}')} / {f(dppl, '{:+.2f}')}",
+        f"{f(c.get('paper_delta'), '{:+.1f}')} / {f(c.get('delta'), '{:+.2f}')}",
+        interval_text(c.get("interval")),
+        fmt_p(c.get("p")),
+        fmt_p(c.get("p_holm")),
+        classes_text(c),
+        ", ".join(map(str, c.get("stuck_seeds") or [])),
+        c.get("rate", ""),
+        c["verdict"],
+    ]
+
+
+def base_classes(b: dict) -> str:
+    return ", ".join(f"{short_class(k)} (seed {', '.join(map(str, s))})" for k, s in b["classes"].items())
+
+
+def base_row(b: dict, paper: dict, label: str) -> list[str]:
+    sd = f" ± {b['sd']:.2f}" if b.get("sd") is not None else ""
+    return [label, *setting_strings(b["settings"], None), f(paper.get("dev_ppl")), f(paper.get("dev_bleu"), "{:.1f}"),
+            f(paper.get("params_M"), "{:.0f}"), f(b.get("val_ppl")), f"{f(b['mean'])}{sd} (n={b['n']})",
+            f(b.get("params_M"), "{:.1f}"), "", "", "", "", "", base_classes(b), "", b["rate"], ""]  # fmt: skip
+
+
+def protocol_section(record: dict, protocol: str) -> list[str]:
+    p = record["protocols"][protocol]
+    ref = record["reference_settings"]
+    rows = {row: record["rows"][row][protocol] for row in ROWS}
+    cells = [c for c in record["cells"] if c["protocol"] == protocol]
+    md = [f"## {p['title'][0].upper() + p['title'][1:]}", "", f"Protocol: {p['words']}.", ""]
+    if not any(r["base"] for r in rows.values()):
+        sweeps = ", ".join(f"`{s}`" for r in rows.values() for s in r["sweeps"])
+        return [*md, f"No row has run under it yet (its sweeps: {sweeps}): every cell {NOT_RUN}.", ""]
+    summary = [[row, ", ".join(r["sweeps"]), r["state"], "; ".join(r["devices"]) or "—"] for row, r in rows.items()]
+    md += markdown_table(["row", "sweeps", "state", "precision, device"], summary)
+    header = [HEADER[0], *record["setting_columns"], *HEADER[1:]]
+    body = []
+    for row, r in rows.items():
+        if r["base"]:
+            body.append(base_row(r["base"], record["paper_base"], f"{row}: base"))
+        body += [wide_row(c, ref, row) for c in cells if c["row"] == row]
+    md += ["", *markdown_table(header, body), ""]
+    for row, r in rows.items():
+        md += [
+            f"### Row {row}, {p['title']}",
+            "",
+            f"- Sweeps: {', '.join(f'`{s}`' for s in r['sweeps'])}; state: {r['state']}.",
+        ]
+        if r["base"]:
+            md.append(f"- Base: `{r['base']['label']}` in `{r['base']['sweep']}`, on {base_classes(r['base'])}.")
+        for c in cells:
+            if c["row"] == row and c["verdict"] is not None:
+                left = f" Left out (another machine class): {', '.join(c['left_out'])}." if c["left_out"] else ""
+                md.append(f"- {c['cell']}: **{c['verdict']}**: {c['reason']}.{left}")
+        md += [f"- {line}" for line in r["notes"]]
+        md.append("")
+    return md
+
+
+def markdown(record: dict, png: Path | None) -> str:
+    md = [
+        "# Table 3 (Vaswani et al. 2017) at our scale: the paper, the earlier protocol and the new start",
+        "",
+        "Each cell of rows A-E beside the paper's. The paper's numbers are its own, at its scale (transformer base, "
+        "WMT14 EN-DE, 100k steps; dev PPL per wordpiece and dev BLEU on newstest2013); ours are the small model "
+        "(N 3, d_model 256, d_ff 1024, h 8) on Multi30k DE-EN at 1,150 steps: val PPL per subword of plain NLL, "
+        "test BLEU by beam search on test_2016_flickr, over seeds. Sizes compare relative to each base (our "
+        "d_model 128 is the paper's 256, N 1 its 2). Run or resume the earlier protocol: `make table3`.",
+        "",
+        f"**The verdict rule**, applied once (reports/table3.json holds every verdict; the index and README render "
+        f"them from it): {record['rule']} Δ is the cell's mean test BLEU minus its row's base's, both on one machine "
+        "class (the GPU model, else the CPU class each run recorded): a cell whose base ran on another class is not "
+        "compared at all. sacreBLEU's paired bootstrap over sentences (on each sweep's own page) is test-set noise "
+        "within a seed only; no verdict rests on it.",
+        "",
+        "## Verdicts",
+        "",
+        *verdicts_table(record),
+        "",
+        "## What moved between protocols",
+        "",
+        *moved_lines(record),
+        "",
+    ]
+    for protocol in record["protocols"]:
+        md += protocol_section(record, protocol)
+    md += [f"{OLDER}", ""]
+    if png is not None:
+        md += [
+            "## Figure",
+            "",
+            figure(
+                png.name,
+                "Figure 1. Our Δ test BLEU against the paper's Δ dev BLEU, one point per compared cell, coloured by "
+                "row, one marker per protocol; bars: our 95% Welch interval over seeds (none with fewer than 2 "
+                "seeds a side). Points in the upper right and lower left quadrants move the paper's way.",
+            ),
+            "",
+        ]
+    return "\n".join(md) + "\n"
+
+
+def plot(record: dict, path: Path) -> Path:
+    """Our Δ against the paper's per compared cell, with our interval as the bar, per protocol."""
+    from headsweep.reporting.plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    shown = 0
+    for marker, (protocol, p) in zip(MARKERS, record["protocols"].items()):
+        for row in ROWS:
+            mine = [
+                c
+                for c in record["cells"]
+                if c["protocol"] == protocol
+                and c["row"] == row
+                and c.get("delta") is not None
+                and c["paper_delta"] is not None
+            ]
+            if not mine:
+                continue
+            shown += len(mine)
+            lo = [c["delta"] - c["interval"][0] if c["interval"] else 0.0 for c in mine]
+            hi = [c["interval"][1] - c["delta"] if c["interval"] else 0.0 for c in mine]
+            ax.errorbar(
+                [c["paper_delta"] for c in mine],
+                [c["delta"] for c in mine],
+                yerr=[lo, hi],
+                fmt=marker,
+                color=ROW_COLOURS[row],
+                capsize=3,
+                label=f"row {row}, {p['title']}",
+            )
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel("paper's Δ BLEU against its base (dev, newstest2013)")
+    ax.set_ylabel("our Δ BLEU against our base (test, mean over seeds)")
+    ax.set_title("Table 3: our Δ BLEU against the paper's, per cell")
+    if shown:
+        ax.legend(loc="best", fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no compared cell yet", ha="center", va="center", transform=ax.transAxes)
+    if not math.isfinite(ax.get_ylim()[0]):
+        ax.set_ylim(-1, 1)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, path, dpi=100)
+    plt.close(fig)
+    return path

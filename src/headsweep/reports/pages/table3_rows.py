@@ -1,0 +1,257 @@
+"""Table 3's page, our side: a row's runs under one protocol (the earlier one at unit gain, or the new start),
+its cells, their stuck runs (report.stuck_runs: the one rule every page uses), and what the page says about the
+row beside its verdicts (convergence, grid edges, runs left out). Used by headsweep.reports.pages.table3.
+
+A row's sweeps are those of headsweep.sweeps.table3.ROWS under the protocol's suffix ('' or '_start'). A row is
+the CPU's sweeps unless only a card finished it (<sweep>_<card>, every run on a GPU): then every cell of it, its
+base too, is the card's."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from headsweep.reports.pages.table3_paper import f
+from headsweep.reports.sweep import convergence as report_convergence
+from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
+from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
+from headsweep.reports.sweep.page import stuck_runs
+from headsweep.reports.sweep.stuck import gap_words
+from headsweep.reports.sweep.summary import cell_numbers
+from headsweep.sweeps.lr_select import LR_KEY
+from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, chosen_gain, grid_words
+
+EARLIER, START = "earlier", "start"
+START_GAIN = chosen_gain()  # W^O's and W_2's init gain the base chose (init_scale; docs/init.md)
+GAIN_WORDS = "1/√6 = 0.408" if abs(START_GAIN - 1 / math.sqrt(6)) < 1e-12 else f"{START_GAIN:.3g}"
+# What a run must have been trained with to count in a protocol's rows (the rest is named and left out).
+COMMON = {"model.init": "fan_in", "module.decay_by": "steps", "trainer.max_steps": 1150}
+PROTOCOLS = {
+    EARLIER: {
+        "title": "earlier protocol (unit gain)",
+        "suffix": "",
+        "gain": 1.0,
+        "grid": True,  # a peak rate chosen per cell from a grid, recorded in each run's lr_select
+        "words": f"W^O and W_2 at init gain 1, model.init fan_in, the learning rate decayed by the step alone, the "
+        f"{BUDGET} budget (1,150 steps), a peak rate chosen per cell on seed 1's validation loss from {grid_words()} "
+        f"(widened past an edge that won), {SEEDS} seeds at it",
+    },
+    START: {
+        "title": f"new start (gain {GAIN_WORDS.split(' = ')[0]})",
+        "suffix": "_start",
+        "gain": START_GAIN,
+        "grid": False,  # the base chose its start, not its rate: one rate may serve every cell
+        "words": f"W^O and W_2 at init gain {GAIN_WORDS} (the start the base chose on validation), "
+        f"model.init fan_in, the learning rate decayed by the step alone, the {BUDGET} budget (1,150 steps), "
+        f"{SEEDS} seeds",
+    },
+}
+
+
+def off_protocol(run, protocol: str) -> str | None:
+    """Why a run is not of `protocol`, in a few words; None when it is. A run from before the gains were a
+    setting has none recorded: it started at gain 1."""
+    want = PROTOCOLS[protocol]
+    for key, value in COMMON.items():
+        if run.flat.get(key) != value:
+            return f"{key} {run.flat.get(key)} (this protocol's: {value})"
+    for key in ("model.init_wo_gain", "model.init_ff2_gain"):
+        got = run.flat.get(key)
+        got = 1.0 if got is None else float(got)
+        if abs(got - want["gain"]) > 1e-6:
+            return f"{key} {got:.3g} (this protocol's: {want['gain']:.3g})"
+    if want["grid"] and not (run.results["config"].get("lr_select") or {}).get("grid"):
+        return "one peak rate for every cell (no learning-rate grid)"
+    return None
+
+
+def row_runs(root: Path, names: list[str], protocol: str) -> dict:
+    """A row's usable runs of `protocol` (one list per sweep), its grid runs, and what was left out (with why)."""
+    out = {"runs": [], "grid": [], "left_out": [], "sweeps": [], "missing": []}
+    for name in names:
+        d = root / name
+        if not d.is_dir():
+            out["missing"].append(name)
+            continue
+        out["sweeps"].append(name)
+        runs, left = load_runs(d, name)
+        out["left_out"] += [(f"{name}/{p.name}", why) for p, why in left]
+        runs, grid = split_grid_runs(runs)
+        for r in [*runs, *grid]:
+            if why := off_protocol(r, protocol):
+                out["left_out"].append((f"{name}/{r.dir.name}", f"another protocol: {why}"))
+        out["runs"].append([r for r in runs if not off_protocol(r, protocol)])
+        out["grid"] += [r for r in grid if not off_protocol(r, protocol)]
+    return out
+
+
+def merged_cells(runs_by_sweep: list[list]) -> list[Cell]:
+    """One row's cells: the first sweep's, then each later sweep's but its base (the same runs: row D's two
+    sweeps share it). The base first."""
+    cells: list[Cell] = []
+    for runs in runs_by_sweep:
+        if not runs:
+            continue
+        for c in group_cells(runs):
+            if c.base and any(x.base for x in cells):
+                continue
+            cells.append(c)
+    return sorted(cells, key=lambda c: not c.base)
+
+
+def rate_text(c: Cell) -> str:
+    rates = sorted({r.flat.get(LR_KEY) for r in c.runs})
+    return " / ".join(f"{v:g}" for v in rates if v is not None) or "—"
+
+
+def row_info(root: Path, row: str, sweeps: list[str], protocol: str, pool: dict) -> dict:
+    """One row's cells (numbers filled: summary.cell_numbers), stuck flags (the one rule) and words, from
+    `sweeps`. pool: summary.early_pool(root), shared by every row and page."""
+    got = row_runs(root, sweeps, protocol)
+    info = {"sweeps": sweeps, "protocol": protocol, "left_out": got["left_out"], "grid": got["grid"], "cells": []}
+    cells = merged_cells(got["runs"])
+    info["missing"] = got["missing"]
+    if not cells:
+        info["status"] = "partial (phase 1 only)" if got["grid"] else "not run yet"
+        return info
+    for c in cells:
+        c.row.update(cell_numbers(c))
+    info["stuck"] = stuck_runs(cells, root, None, pool, got["grid"])
+    info["convergence"] = report_convergence.convergence(cells)
+    info["cells"] = cells
+    info["base"] = next((c for c in cells if c.base), None)
+    info["edges"] = edge_words(root, got["grid"])
+    info["devices"] = sorted(
+        {
+            f"{r.flat.get('trainer.precision')} {r.flat.get('trainer.accelerator') or 'cpu'}"
+            for c in cells
+            for r in c.runs
+        }
+    )
+    return info
+
+
+def card_suffixes(root: Path, names: list[str]) -> list[str]:
+    """'_h200' where every sweep of a row also ran on a card under its name (make table3 where torch sees a
+    GPU)."""
+    first = names[0]
+    found = {p.name[len(first) :] for p in root.glob(f"{first}_*") if p.is_dir()} if root.is_dir() else set()
+    return sorted(s for s in found if s != "_start" and all((root / (n + s)).is_dir() for n in names))
+
+
+def complete(info: dict) -> bool:
+    return bool(info["cells"]) and info.get("base") is not None and all(c.row["n"] >= SEEDS for c in info["cells"])
+
+
+def on_card(info: dict) -> bool:
+    return complete(info) and all(d.endswith(" gpu") for d in info["devices"])
+
+
+def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
+    """Every row of `protocol`: {row: info}. With a suffix every row is that card's; without one a row is the
+    CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too)."""
+    out = {}
+    for row, names in ROWS.items():
+        names = [n + PROTOCOLS[protocol]["suffix"] for n in names]
+        info = row_info(root, row, [n + suffix for n in names], protocol, pool)
+        if not suffix and not complete(info):
+            for card in card_suffixes(root, names):
+                alt = row_info(root, row, [n + card for n in names], protocol, pool)
+                if on_card(alt):
+                    alt["instead_of"] = (info["sweeps"], info["status"] if not info["cells"] else "partial")
+                    info = alt
+                    break
+        out[row] = info
+    return out
+
+
+# ----------------------------------------------------------------------------- the row's words beside its verdicts
+
+
+def convergence_line(conv: dict) -> str:
+    if not conv.get("n"):
+        return "Convergence: no run has two validations with a falling val loss: not measured."
+    share = f"{conv['median']:.0%} (range {conv['min']:.0%}-{conv['max']:.0%}, {conv['n']} runs)"
+    if conv["not_converged"]:
+        return (
+            f"Convergence: the last third of training still gave a median {share} of the val-loss drop (over "
+            f"{report_convergence.NOT_CONVERGED_SHARE:.0%}): still learning at the end; the row compares cells at "
+            "a fixed, short budget, not converged models."
+        )
+    return (
+        f"Convergence: the last third of training gave a median {share} of the val-loss drop: most of the learning "
+        "happened before it."
+    )
+
+
+def stuck_line(info: dict, names: dict) -> str:
+    """The row's stuck runs by the one rule, each with its gap early and at the end."""
+    early, threshold = info["stuck"]["early"], info["stuck"]["threshold"]
+    stuck = [
+        f"{names.get(c.label, c.label)} seed {r.seed} ({gap_words(early[r.dir])})"
+        for c in info["cells"]
+        for r in c.runs
+        if r.seed in (c.row.get("stuck_seeds") or []) and r.dir in early
+    ]
+    return (
+        f"Stuck runs (report_stuck's rule, the same on every page: early val loss over its reference's median, at "
+        f"its own rate, by more than {threshold.value:.3f}; the gap early and at the end, which a plateau keeps and "
+        f"a slower learner narrows): " + ("; ".join(stuck) if stuck else "none") + "."
+    )
+
+
+def grid_only_line(grid: list) -> str:
+    """A row with only phase 1 (the learning-rate grid) so far: its seed-1 runs, no cell at a chosen rate."""
+    runs = sorted(
+        f"{r.cell} at {r.flat[LR_KEY]:g} (val PPL {f(r.results['metrics'].get('val/ppl'))}, test BLEU "
+        f"{f(r.results['metrics']['test/bleu'])})"
+        for r in grid
+    )
+    return (
+        f"Partial: only the learning-rate grid (phase 1, seed 1 at each rate) has run, {len(grid)} runs: "
+        f"{'; '.join(runs)}. No cell has a chosen rate and {SEEDS} seeds yet, so no Δ or verdict."
+    )
+
+
+def edge_words(root: Path, grid_runs: list) -> list[str]:
+    """The sweep report's lines on cells that chose their grid's smallest or largest rate, and whether a run
+    past that edge (any sweep in results/) brackets it. Row D's base, in both of its sweeps, once."""
+    by_cell, grids, chosen = choices(grid_runs)
+    seen = set()
+    for label in list(by_cell):
+        runs = frozenset(r.dir.resolve() for r in by_cell[label].values())
+        if runs in seen:
+            del by_cell[label], grids[label]
+            chosen.pop(label, None)
+        seen.add(runs)
+    return [line.removeprefix("- ") for line in edge_section(root, by_cell, grids, chosen) if line]
+
+
+def notes(info: dict, names: dict) -> list[str]:
+    """What the page says about a row of one protocol beside its verdicts, as plain lines."""
+    lines = []
+    if info.get("instead_of"):
+        cpu, state = info["instead_of"]
+        lines.append(
+            f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
+            "trained on the card, and each Δ is against the card's own base."
+        )
+    if not info["cells"]:
+        lines += [grid_only_line(info["grid"])] if info["grid"] else []
+    else:
+        lines.append(convergence_line(info["convergence"]))
+        lines.append(stuck_line(info, names))
+        lines.append(
+            "Chosen peak rate per cell: "
+            + "; ".join(f"{names.get(c.label, c.label)} {rate_text(c)}" for c in info["cells"])
+            + "."
+        )
+        lines += info["edges"]
+    if info["missing"]:
+        lines.append(f"Not run yet: {', '.join(info['missing'])}.")
+    if info["left_out"]:
+        shown = "; ".join(f"{n}: {w}" for n, w in info["left_out"][:12])
+        lines.append(
+            f"Left out ({len(info['left_out'])}): {shown}" + ("; ..." if len(info["left_out"]) > 12 else "") + "."
+        )
+    return lines

@@ -1,0 +1,354 @@
+"""The numbers of a sweep's page, apart from its writing (page.py): each cell's numbers and its paper row, the
+reference each cell is compared with, the early-loss pool the stuck threshold is chosen from, the summary (Δ BLEU,
+p-values, Holm), the ranking's stability across seeds and the verdict lines."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from headsweep.identity import COLUMNS, follows_width
+from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.reports.site.experiments import run_identity
+from headsweep.reports.sweep import stuck as report_stuck
+from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.sweep.lr import split_grid_runs
+from headsweep.reports.sweep.significance import paired_bootstrap
+from headsweep.reports.sweep.table import (
+    display,
+    p_words,
+)
+from headsweep.sizes import attention_flops
+from headsweep.store import RUNS
+from headsweep.sweeps.paper import table3
+
+SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
+SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
+METRICS = (
+    ("val_ppl", "val/ppl"),
+    ("val_bleu", "val/bleu"),
+    ("test_bleu", "test/bleu"),
+    ("test_chrf", "test/chrf"),
+    ("test_ppl", "test/ppl"),
+)
+POOLING = (
+    "p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
+    "split, seeds pooled: each side's hypotheses of the seeds both cells have, concatenated in seed order, "
+    "against the references repeated once per seed; so a resample draws (sentence, seed) pairs and compares "
+    "the two cells on the same ones. p <= {floor:.3f}: no resample favoured the base, the smallest p "
+    "{n} resamples can give (1 / ({n} + 1)), so a bound, not a value. p Holm: the same p-values adjusted "
+    "by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). p seeds: "
+    "Welch's t-test of the cell's per-seed test BLEU against the base's."
+)
+PAPER = (
+    "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
+    "en→de), the row with the same settings, sizes relative to the base cell: our base (its sizes in Protocol "
+    "above; d_model 256 by default) stands for the paper's base (d_model 512, N 6, d_ff 2048, d_k = d_v = 64), "
+    "so our d_k 16 at d_model 256 is the paper's d_k 32; our PPL is per subword on our val split."
+)
+FLOPS = (
+    "Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
+    "cross) per token, at {context} tokens of context, counted as Hoffmann et al. 2022 (appendix F) do: 2 per "
+    "multiply-add of the projections, QK^T and the weighted values, 3 per attention weight for the softmax."
+)
+
+
+def settings(flat: dict) -> dict:
+    """A run's Table 3 columns."""
+    s = {col: flat[key] for key, col in COLUMNS.items()}
+    s["pos"] = "learned" if s["pos"] == "learned" else "sinusoid"
+    return s
+
+
+def paper_row(ours: dict, base: dict | None, rows: list[dict]) -> dict | None:
+    """The Table 3 row with the same settings, sizes compared relative to the base cell (a small model's
+    d_model 128 at a base of 256 is the paper's 256 at its base of 512)."""
+    paper_base = next(r for r in rows if r["row"] == "base")
+    want = {k: (v * paper_base[k] / base[k] if base and k in SIZES else v) for k, v in ours.items()}
+    for row in rows:
+        if row["row"] == "big":
+            continue
+        if all(abs(row[k] - v) < 1e-6 if isinstance(v, (int, float)) else row[k] == v for k, v in want.items()):
+            return row
+    return None
+
+
+# ----------------------------------------------------------------------------- the numbers
+
+
+def compile_setting(config: dict) -> str:
+    """How a run's model was compiled: a `compile` key of module or trainer (newer runs), else eager."""
+    for where in (config.get("module") or {}, config.get("trainer") or {}, config):
+        if "compile" in where:
+            value = where["compile"]
+            return (
+                "eager (not compiled)"
+                if value in (None, False)
+                else "compiled"
+                if value is True
+                else f"compiled ({value})"
+            )
+    return "eager (not compiled)"
+
+
+def cell_numbers(c: Cell) -> dict:
+    """What a cell is and scores, seeds pooled, before any comparison with the base."""
+    first = c.runs[0]
+    flops = attention_flops(first.results["config"]["model"])
+    row = {
+        **settings(first.flat),
+        "params_M": first.results["params"]["total"] / 1e6,
+        "params": dict(first.results["params"]),
+        "attn_mflops": flops["attention_per_token"] / 1e6,
+        "flops_context": flops["context"],
+        "n": len(c.runs),
+        "seeds": [r.seed for r in c.runs],
+        "steps": statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs),
+        "max_steps": first.results["config"]["trainer"]["max_steps"],
+        "precision": " / ".join(sorted({str(r.results["config"]["trainer"].get("precision")) for r in c.runs})),
+        "compile": " / ".join(sorted({compile_setting(r.results["config"]) for r in c.runs})),
+        "test_bleu_seeds": c.values("test/bleu"),
+    }
+    for name, metric in METRICS:
+        row[name], row[name + "_sd"] = mean_sd(c.values(metric))
+    return row
+
+
+def scaled_settings(c: Cell, other_keys: list[str]) -> tuple:
+    """A cell's settings with its size taken out: d_k and d_v relative to d_model, the rest as they are."""
+    flat = c.runs[0].flat
+    s = settings(flat)
+    rest = sorted((k, repr(v)) for k, v in s.items() if k not in (*SCALE, "d_k", "d_v"))
+    return (s["d_k"] / s["d_model"], s["d_v"] / s["d_model"], *rest, *(repr(flat.get(k)) for k in other_keys))
+
+
+def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[str]) -> Cell | None:
+    """What a cell is compared with: the base, but a cell of another model size (N, d_model, d_ff) is compared
+    with the base scaled to its size (the same h, d_k / d_model, d_v / d_model and other settings:
+    heads_by_width's h = 8 at d_model 512) where the sweep has that cell; that cell itself with the base. Row
+    A's question at each width is which h is best there, not how a wider model compares with a narrower base."""
+    if base is None or c is base:
+        return None
+    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
+    if size(c) == size(base):
+        return base
+    like_base = scaled_settings(base, other_keys)
+    return next(
+        (o for o in cells if o is not c and size(o) == size(c) and scaled_settings(o, other_keys) == like_base), base
+    )
+
+
+def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
+    """The varied settings Table 3 has no column for (head dropout, say): a cell that differs from the base in
+    one has no paper row, even when its Table 3 columns equal the base's."""
+    flats = [r.flat for c in cells for r in c.runs]
+    return (
+        [k for k in varied_keys(cells) if k not in COLUMNS and not follows_width(k, flats)]
+        if base and len(cells) > 1
+        else []
+    )
+
+
+def early_references(cells: list[Cell]) -> dict[str, Cell]:
+    """Each cell's reference for early val loss (report_stuck): the base, or the base at the cell's model size
+    where the sweep has it (the cell `reference` compares it with), that cell itself included; with no cell
+    tagged base, the first cell stands in."""
+    base = next((c for c in cells if c.base), cells[0])
+    other_keys = off_table_keys(cells, base)
+    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
+    like_base = scaled_settings(base, other_keys)
+    refs = {}
+    for c in cells:
+        if c is not base and size(c) != size(base) and scaled_settings(c, other_keys) == like_base:
+            refs[c.label] = c  # the base at its size: its own runs set the normal early loss there
+        else:
+            refs[c.label] = reference(c, cells, base, other_keys) or base
+    return refs
+
+
+def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
+    """What the stuck-run threshold is chosen from: the early excess of every distinct run of every sweep
+    under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed,
+    early val loss and test BLEU); the base runs' (runs of a cell that is its own reference) apart; early loss and
+    test BLEU. Of every sweep under root, with the calibration sweeps' own pool ("calibration", the threshold's:
+    report_stuck's docstring) where root holds them all, from the same reading of their runs. And "early": each
+    run's one Early (report_index.run_identity -> Early), the one every page that shows the run flags it by, so a
+    run flagged on one page is flagged on every page (stuck_runs)."""
+    names = sweeps_in(root) if sweeps is None else list(sweeps)
+    read = {sweep: sweep_early_entries(root, sweep) for sweep in names}
+    entries = {sweep: got["entries"] for sweep, got in read.items()}
+    pool = pooled(entries, names)
+    calibration = list(report_stuck.CALIBRATION_SWEEPS)
+    if sweeps is None and all(s in entries for s in calibration):
+        pool["calibration"] = pooled(entries, calibration)
+    # one reference per run: its home sweep's reading (the sweep that trained it, beside its own base at its rate),
+    # else, where the home reads it as no seed of a cell (a grid run there), the first sweep by name
+    pool["early"] = {}
+    for sweep in names:
+        for identity, (home, e) in read[sweep]["early"].items():
+            if home == sweep or identity not in pool["early"]:
+                pool["early"][identity] = e
+    return pool
+
+
+def sweep_early_entries(root: Path, sweep: str) -> dict:
+    """One sweep's pooled runs: {"entries": [((seed, early loss, test BLEU), (name, excess, is a base run, early
+    loss, BLEU))], "early": {run identity: (its home sweep, Early)}}."""
+    # a learning-rate grid's runs start slowly at a small rate by design: no seeds of a cell, not pooled
+    runs, grid_runs = split_grid_runs(load_runs(root / sweep, sweep)[0])
+    if not runs:
+        return {"entries": [], "early": {}}
+    cells = group_cells(runs)
+    refs = early_references(cells)
+    early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
+    out, by_run = [], {}
+    for c in cells:
+        for r in c.runs:
+            if r.dir in early:
+                e, bleu = early[r.dir], r.results["metrics"]["test/bleu"]
+                out.append(
+                    ((r.seed, e.loss, bleu), (f"{sweep}/{r.dir.name}", e.excess, refs[c.label] is c, e.loss, bleu))
+                )
+                home = (r.results.get("shared_from") or {}).get("sweep") or sweep
+                by_run[run_identity(r)] = (home, e)
+    return {"entries": out, "early": by_run}
+
+
+def pooled(entries: dict[str, list], names: list[str]) -> dict:
+    """The pool of the named sweeps' entries, a run several of them show once (the first sweep's view)."""
+    seen: dict[tuple, tuple[str, float, bool, float, float]] = {}
+    used = set()
+    for sweep in names:
+        for key, value in entries[sweep]:
+            seen.setdefault(key, value)
+            used.add(sweep)
+    values = list(seen.values())
+    return {
+        "runs": [v[0] for v in values],
+        "excesses": [v[1] for v in values],
+        "base_excesses": [v[1] for v in values if v[2]],
+        "pairs": [(v[3], v[4]) for v in values],
+        "n_sweeps": len(used),
+    }
+
+
+def pooled_threshold(pool: dict) -> report_stuck.Threshold:
+    """The stuck threshold chosen by report_stuck's rule: on the calibration sweeps' runs where the pool has
+    them, else on every pooled run."""
+    chosen = pool.get("calibration") or pool
+    return report_stuck.choose_threshold(
+        chosen["excesses"], chosen["base_excesses"], chosen["n_sweeps"], calibration="calibration" in pool
+    )
+
+
+def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
+    """Fill each cell's row; return what the report says around the table."""
+    base = next((c for c in cells if c.base), None)
+    rows = table3()
+    paper_base = next(r for r in rows if r["row"] == "base")
+    for c in cells:
+        c.row.update(cell_numbers(c))
+    signature = None
+    floor = 1 / (n_samples + 1)  # sacreBLEU's p = (resamples favouring the base + 1) / (n + 1)
+    other_keys = off_table_keys(cells, base)
+    for c in cells:
+        row = c.row
+        ref = reference(c, cells, base, other_keys)
+        row.update(
+            delta=None, p=None, p_note=None, p_seeds=None, against=None if ref is None or ref is base else ref.label
+        )
+        if ref is not None:
+            row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - ref.row["test_bleu"]
+            test = paired_bootstrap(ref, c, n_samples)
+            row["p"], row["p_note"] = test["p"], test.get("note")
+            row["p_seeds"] = seed_test(ref.values("test/bleu"), c.values("test/bleu"))
+            signature = test.get("signature") or signature
+        # at the floor, every smaller p is too: its Holm adjustment is a bound as well
+        row["p_bound"] = row["p"] is not None and row["p"] <= floor * (1 + 1e-9)
+        off_table = base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
+        # sizes relative to what the cell is compared with: h = 32 at d_model 512 is row A's h = 32 (d_k 16)
+        scale = settings((ref if ref is not None and ref is not base else base or c).runs[0].flat) if base else None
+        paper = None if off_table else paper_row(settings(c.runs[0].flat), scale, rows)
+        row["paper"] = paper
+        row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
+    for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
+        c.row["p_holm"] = adjusted
+    return {
+        "base": base,
+        "signature": signature,
+        "ranking": ranking_stability(cells),
+        "n_samples": n_samples,
+        "other_keys": other_keys,
+    }
+
+
+def ranking_stability(cells: list[Cell]) -> dict | None:
+    """Kendall's tau between the cells' mean val BLEU at the validation nearest half the budget and at the
+    end: does a cell that ends worse only learn slower, or is it worse throughout?"""
+    curves = [[learning_curve(r) for r in c.runs] for c in cells]
+    steps = set.intersection(*[{s for curve in cs for s, v in curve.items() if "val/bleu" in v} for cs in curves])
+    if len(cells) < 2 or len(steps) < 2:
+        return None
+    last = max(steps)
+    half = min(steps, key=lambda s: abs(s - last / 2))
+    at = lambda step: [statistics.fmean(curve[step]["val/bleu"] for curve in cs if step in curve) for cs in curves]  # noqa: E731
+    early, late = at(half), at(last)
+    return {
+        "half_step": half,
+        "last_step": last,
+        "tau": ranking_agreement(early, late),
+        "order_half": [c.label for _, c in sorted(zip(early, cells), key=lambda t: -t[0])],
+        "order_last": [c.label for _, c in sorted(zip(late, cells), key=lambda t: -t[0])],
+    }
+
+
+def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
+    """Each cell against the base in words: which differences survive Holm's correction, and whether the
+    seed spread alone would also call them (Welch's t-test over the seeds' test BLEU)."""
+    lines = []
+    for c in cells:
+        r = c.row
+        if c.base or r["delta"] is None or r.get("p_holm") is None:
+            continue
+        direction = "better" if r["delta"] > 0 else "worse"
+        ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
+        seeds = (
+            "; one seed per side, so nothing yet says whether training noise alone makes a difference this large"
+            if r["p_seeds"] is None
+            else f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
+            f"significant (Welch {p_words(r['p_seeds'])})"
+        )
+        p = p_words(r["p_holm"], r["p_bound"])
+        if r["p_holm"] < alpha:
+            lines.append(
+                f"{display(c)}: {direction} than {ref} by {abs(r['delta']):.2f} BLEU, significant after "
+                f"Holm's correction ({p}){seeds}."
+            )
+        else:
+            lines.append(
+                f"{display(c)}: {r['delta']:+.2f} BLEU against {ref}, not significant after Holm's "
+                f"correction ({p}){seeds}."
+            )
+    return lines
+
+
+def ranking_words(ranking: dict | None, cells: list[Cell]) -> list[str]:
+    if not ranking or ranking["tau"] is None:
+        return []
+    name = {c.label: display(c) for c in cells}
+    order = lambda labels: ", ".join(name[label] for label in labels)  # noqa: E731
+    return [
+        f"Ranking over training: Kendall's tau {ranking['tau']:.2f} between the cells' order by mean val BLEU at "
+        f"step {ranking['half_step']} ({order(ranking['order_half'])}) and at step {ranking['last_step']} "
+        f"({order(ranking['order_last'])}); 1 means the order was already settled at half the budget."
+    ]
+
+
+def sweeps_in(root: Path) -> list[str]:
+    """The sweeps with a run under root (results/<sweep>/<run>/results.json; results/runs/ is the store, whose
+    runs the sweeps show)."""
+    return (
+        sorted(d.name for d in root.iterdir() if d.is_dir() and d.name != RUNS and any(d.glob("*/results.json")))
+        if root.is_dir()
+        else []
+    )
