@@ -12,7 +12,8 @@ that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
-is wider than the window (the page, or a table that would scroll); every image has a caption.
+is wider than the window (the page, or a table that would scroll); every image has a caption; the index
+reads in three screens (at most 3 x 900 px tall: the table of every experiment has its own page).
 --screenshots writes a PNG of each page's first screen (index.png, <sweep>.png, ...).
 """
 
@@ -31,6 +32,7 @@ from urllib.parse import unquote, urlsplit
 from headsweep.reporting.plots import covered, ticks_path
 
 WIDTH, HEIGHT = 1280, 900
+INDEX_SCREENS = 3  # the index's questions, answers and sweeps in three screens at most
 
 # Everything is measured in the page itself; returns the facts, the checks are below in Python.
 MEASURE = """() => ({
@@ -39,6 +41,7 @@ MEASURE = """() => ({
                                    .map(i => i.getAttribute("src")),
   pre: [...document.querySelectorAll("pre")].map(p => p.textContent),
   width: document.documentElement.scrollWidth,
+  height: document.documentElement.scrollHeight,
   wide_tables: [...document.querySelectorAll("table")].filter(t => t.scrollWidth > t.clientWidth + 1)
                                                       .map(t => t.rows[0].textContent.trim().slice(0, 60)),
 })"""
@@ -56,8 +59,9 @@ def browser_path() -> str:
     return path
 
 
-def problems(facts: dict) -> list[str]:
-    """What a reader would see wrong on a page, from MEASURE's facts."""
+def problems(facts: dict, max_height: int | None = None) -> list[str]:
+    """What a reader would see wrong on a page, from MEASURE's facts; `max_height`: the most the page may be
+    tall (px, in the window's width), or None."""
     found = [f"broken image {src}" for src in facts["broken"]]
     found += [f"image without a caption {src}" for src in facts["uncaptioned"]]
     found += [
@@ -68,6 +72,11 @@ def problems(facts: dict) -> list[str]:
     if facts["width"] > WIDTH:
         found.append(f"the page is {facts['width']} px wide in a {WIDTH} px window")
     found += [f"table wider than the page (it scrolls): {head!r}" for head in facts["wide_tables"]]
+    if max_height is not None and facts.get("height", 0) > max_height:
+        found.append(
+            f"the page is {facts['height']} px tall at {WIDTH} px wide, over {max_height} "
+            f"({max_height // HEIGHT} screens): move a long part to a page of its own"
+        )
     return found
 
 
@@ -267,7 +276,8 @@ def check_site(folder: Path, screenshots: Path | None = None) -> dict[Path, list
             view = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             for path in pages:
                 view.goto(path.resolve().as_uri(), wait_until="load")
-                found[path] = problems(view.evaluate(MEASURE))
+                index = path.resolve() == (folder / "index.html").resolve()
+                found[path] = problems(view.evaluate(MEASURE), INDEX_SCREENS * HEIGHT if index else None)
                 if screenshots is not None:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     name = str(path.relative_to(folder).with_suffix("")).replace("/", "-")  # prune-x/prune

@@ -251,8 +251,8 @@ def init_check_section(cells) -> str:
         f"Each attention projection's gain (sqrt(fan_in) x weight std; 1.00 keeps a unit-variance input's "
         f"scale) and the attention output's RMS against the residual stream's (first layer, a synthetic batch, "
         f"mean of {checks[0].get('draws', '')} weight draws) at init, seed "
-        f"{min(r.seed for r in cells[0].runs)} (runs recorded before issue 42: measured from their config, "
-        f"model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
+        f"{min(r.seed for r in cells[0].runs)} (runs recorded before the 2026-11-26 protocol: measured from their "
+        f"config, model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
         "does not vary on purpose carries a confound of the protocol, not of the attention setting."
     )
     return "\n".join(["## At init", "", note, "", *init_check_table(labels, flats, checks), ""])
@@ -385,7 +385,7 @@ def update_check_table(
     for i, b in enumerate(bases(flats)):
         c, bc = checks[i], checks[b]
         if c is None:
-            rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before issue 54)"])
+            rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before the update check)"])
             continue
         ratios = (
             "" if bc is None or i == b else _kinds([_ratio(c["change"].get(k), bc["change"].get(k)) for k in KINDS])
