@@ -5,10 +5,10 @@
 The site, read from the HTML files (no browser needed; pure functions on what the pages hold, so each is
 tested on tiny pages): every page is reachable by links from index.html and links back to it; no p-value
 prints as 0.000 (in the text, or in a table column headed p...); no figure repeats a tick label on an axis
-or draws two labels over each other, and no legend covers a plotted point (read from the .ticks.json
-that reporting.plots.save_figure writes beside each PNG: a PNG shows no ticks or boxes to a browser; a
-figure without one is named, not failed: an older command drew it); every markdown twin's links open files
-that are there, twins rather than pages (GitHub).
+or draws two labels over each other, and no legend covers a plotted point or a filled band (a seed sd's,
+a noise band) (read from the .ticks.json that reporting.plots.save_figure writes beside each PNG: a PNG
+shows no ticks or boxes to a browser; a figure without one is named, not failed: an older command drew
+it); every markdown twin's links open files that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
@@ -29,7 +29,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from headsweep.reporting.plots import covered, ticks_path
+from headsweep.reporting.plots import covered, covered_bands, ticks_path
 
 WIDTH, HEIGHT = 1280, 900
 INDEX_SCREENS = 3  # the index's questions, answers and sweeps in three screens at most
@@ -190,14 +190,18 @@ def tick_problems(record: dict) -> list[str]:
 
 
 def legend_problems(record: dict) -> list[str]:
-    """A figure's legend drawn over plotted points (save_figure records each legend's box and the points, in
-    the PNG's pixels)."""
+    """A figure's legend drawn over plotted points or a filled band, a seed sd's or a noise band (save_figure
+    records each legend's box, the points, the bands and the axes' box, in the PNG's pixels; a record from
+    before bands were recorded has none)."""
     found = []
     for entry in record.get("legends", []):
+        where = f"{record.get('figure', '?')} ({entry.get('title') or 'untitled axes'})"
         under = covered(entry["legend"], entry.get("points", []))
         if under:
-            where = f"{record.get('figure', '?')} ({entry.get('title') or 'untitled axes'})"
             found.append(f"{where}: the legend covers {len(under)} plotted point{'s' * (len(under) > 1)}")
+        bands = covered_bands(entry["legend"], entry.get("bands", []), entry.get("axes") or entry["legend"])
+        if bands:
+            found.append(f"{where}: the legend covers {bands} band{'s' * (bands > 1)} (a spread drawn as an area)")
     return found
 
 
