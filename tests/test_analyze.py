@@ -518,3 +518,32 @@ def test_wandb_tables_name_the_fixed_heads():
         ), name
     cols, rows = tables["roles"]
     assert rows[0][cols.index("importance")] == a["roles"]["heads"][0]["importance"]  # columns still line up
+
+
+def test_the_prune_figure_names_each_lambda_apart_from_the_others_and_inside_the_axes():
+    """The shipped make-train numbers: 67 and 72 heads kept lie close, where the labels ran into each other and
+    past the axes' right edge."""
+    from headsweep.analysis import prune as P
+    from headsweep.reporting.plots import pyplot
+
+    kept = [(0.0, 72, 36.16, 36.0), (0.01, 67, 36.0, 35.9), (0.03, 41, 33.54, 17.2), (0.1, 7, 24.83, 1.3)]
+    record = {
+        "heads": 72,
+        "split": "test_2016_flickr",
+        "full": {"bleu": 36.0},
+        "rows": [
+            {"lambda": lam, "heads_kept": h, "concrete": {"bleu": c}, "michel": {"bleu": m}} for lam, h, c, m in kept
+        ],
+    }
+    fig = P.prune_figure(record)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    assert sorted(boxes) == ["λ=0", "λ=0.01", "λ=0.03", "λ=0.1"]
+    names = sorted(boxes)
+    apart = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :] if boxes[a].overlaps(boxes[b])]
+    assert apart == []
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes.values())
+    pyplot().close(fig)

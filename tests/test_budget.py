@@ -3,12 +3,16 @@ in the gap and its p-value are the hand-computed difference of differences, a sh
 sweep without finished runs stops with one line. (heads_budget_2x, sweeps/heads_budget.yaml, composing: test_sweep.py's
 test_every_grid_point_composes_into_the_jobs_it_planned_before_variants.)"""
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from conftest import fake_run
+from headsweep.reporting.plots import ticks_path
 from headsweep.reports.pages import budget
+from headsweep.reports.site import check as report_check
 
 BASE, H32, DK8 = ["tags=[base]"], ["model.heads=32"], ["model.d_k=8", "model.d_v=32"]
 BF16 = ["trainer.precision=bf16-mixed"]
@@ -84,6 +88,9 @@ def test_the_report_says_whether_the_gap_shrank_held_or_grew(tmp_path, capsys, g
     if word == "held":
         assert "not shown, not that there is none" in md
     assert (out / "long-budget.html").stat().st_size > 0 and (out / "long-budget-curves.png").stat().st_size > 0
+    # the key lies below both panels, over no curve and no ± sd band (inside a panel it lay over the bands)
+    drawn = json.loads(ticks_path(out / "long-budget-curves.png").read_text())
+    assert drawn["legends"] == [] and report_check.legend_problems(drawn) == []
 
 
 @pytest.mark.parametrize("unfinished", [False, True])

@@ -2,6 +2,7 @@
 (its answers one line per question, rendered from sweeps/_questions.yaml: test_questions.py); one finding in
 one place: kv_heads_lr's numbers in at most two files of README.md and docs/."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -31,3 +32,52 @@ def test_readme_is_short_and_a_finding_is_written_in_one_place():
     numbers = re.compile(r"0\.75\W{1,8}(?:and\W+)?0\.73\b|33\.31 ± 0\.36|33\.33 ± 0\.68")
     holding = [p.relative_to(ROOT).as_posix() for p in pages() if numbers.search(p.read_text())]
     assert len(holding) <= 2, holding
+
+
+ISSUE = re.compile(r"\bissues? #?\d+", re.I)
+
+
+def test_no_reader_facing_doc_names_an_issue_number():
+    """The README and docs say what a change was about (or link its note), not the ticket's number; the dated
+    lab notes, a history, may."""
+    said = [
+        f"{page.relative_to(ROOT)}: {m}"
+        for page in pages()
+        if "notes" not in page.relative_to(ROOT).parts
+        for m in ISSUE.findall(page.read_text())
+    ]
+    assert said == []
+
+
+def page_strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module that can reach a page or a terminal: every one but the docstrings."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+LINE = "not measured (run recorded before issue 54)"
+
+
+def test_no_string_the_code_writes_names_an_issue_number(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""A docstring may (issue 7)."""\nLINE = "not measured (run recorded before issue 54)"\n')
+    assert [text for _, text in page_strings(bad) if ISSUE.search(text)] == [LINE]  # the check can fail
+    said = [
+        f"{path.relative_to(ROOT)}:{line}: {text[:60]!r}"
+        for path in sorted((ROOT / "src" / "headsweep").rglob("*.py"))
+        for line, text in page_strings(path)
+        if ISSUE.search(text)
+    ]
+    assert said == []

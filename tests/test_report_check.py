@@ -169,3 +169,39 @@ def test_a_legend_covering_plotted_points_fails_and_save_figure_moves_it_off_the
     assert found[tmp_path / "a.html"] == ["covering.png (crowded): " + found[tmp_path / "a.html"][0].split(": ", 1)[1]]
     assert "legend covers" in found[tmp_path / "a.html"][0]
     assert found[tmp_path / "b.html"] == []
+
+
+def test_a_legend_over_a_band_fails_and_save_figure_moves_it_off_the_band(tmp_path):
+    """A band (fill_between: a seed sd's, the base's noise) is data: a legend over it hides the spread, though
+    it covers no plotted point. As the budgets' curves draw: each line with its ± sd band around it."""
+    plt = pyplot()
+
+    def banded():
+        fig, ax = plt.subplots(figsize=(4, 3))
+        steps = [0, 100, 200, 300]
+        ax.plot(steps, [1, 1, 1, 1], "o", label="cell a")  # points at the bottom only
+        ax.plot(steps, [9, 9, 9, 9], "o", label="cell b")  # and the top
+        ax.fill_between(steps, [2, 2, 2, 2], [8, 8, 8, 8], alpha=0.2, label="± sd")  # a band filling the middle
+        ax.set_xlim(-20, 320)
+        ax.set_ylim(0, 10)
+        ax.legend(loc="center", fontsize=7)  # over the band, no point under it
+        ax.set_title("banded")
+        return fig
+
+    fig = banded()
+    over = tmp_path / "over.png"
+    save_figure(fig, over, dpi=80, move_legends=False)
+    plt.close(fig)
+    record = json.loads(ticks_path(over).read_text())
+    assert C.covered(record["legends"][0]["legend"], record["legends"][0]["points"]) == []  # no point under it
+    assert C.legend_problems(record) == ["over.png (banded): the legend covers 1 band (a spread drawn as an area)"]
+
+    fig = banded()
+    moved = tmp_path / "moved.png"
+    save_figure(fig, moved, dpi=80)  # the default: moved where it covers neither point nor band
+    plt.close(fig)
+    assert C.legend_problems(json.loads(ticks_path(moved).read_text())) == []
+    # a band that runs past the view, under a legend outside the axes, is no problem (it is clipped there)
+    entry = {"legend": [300, 0, 400, 50], "points": [], "bands": [[[0, 0], [500, 0], [500, 60], [0, 60]]]}
+    assert C.legend_problems({"figure": "x.png", "legends": [{**entry, "axes": [0, 0, 290, 300]}]}) == []
+    assert C.legend_problems({"figure": "x.png", "legends": [{**entry, "axes": [0, 0, 350, 300]}]}) != []

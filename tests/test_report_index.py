@@ -98,7 +98,7 @@ def test_one_row_per_experiment_each_run_once_a_column_for_what_varies():
     head, body = I.table(RECORDS, {"table3_a": "row_a", "table3_b": "row_b"})
     assert head == [
         "question",
-        "cell, in sweeps",
+        "cell",
         "h",
         "d_k",
         "d_v",
@@ -109,18 +109,19 @@ def test_one_row_per_experiment_each_run_once_a_column_for_what_varies():
         "runs",
         "BLEU",
         "PPL",
+        "in sweeps",
     ]
     assert len(body) == 4  # h8 (three sweeps), h4, head dropout 0.1, h8 at 2x
     assert [row[0] for row in body] == ["row_a, row_b", "row_a", "—", "—"]  # h8 answers both questions
     body = [row[1:] for row in body]
     h8 = body[0]
     # h8-dk32-dv32 names two rows (1x and 2x the steps): each carries what tells it apart
-    assert h8[0] == (
-        "[h8-dk32-dv32 (steps 1150)](table3_a.md#cell-h8-dk32-dv32)<br>in [table3_a](table3_a.md#cell-h8-dk32-dv32) "
-        "base, [table3_b](table3_b.md#cell-h8-dk32-dv32) base, "
+    assert h8[0] == "[h8-dk32-dv32 (steps 1150)](table3_a.md#cell-h8-dk32-dv32)"  # the name alone: one line
+    assert h8[-1] == (  # every sweep holding the row's runs, last
+        "[table3_a](table3_a.md#cell-h8-dk32-dv32) base, [table3_b](table3_b.md#cell-h8-dk32-dv32) base, "
         "[heads_specialise](heads_specialise.md#cell-h8-dk32-dv32-head_dropout0) base"
     )
-    assert h8[8:] == ["3 (seed 1 ×2)", "35.00 ± 1.00", "9.00 ± 0.00"]  # a/1, a/2, s/1: the copies not again
+    assert h8[8:-1] == ["3 (seed 1 ×2)", "35.00 ± 1.00", "9.00 ± 0.00"]  # a/1, a/2, s/1: the copies not again
     assert body[3][0].startswith("[h8-dk32-dv32 (steps 2300)]")
     assert body[3][5] == "2300 (2×)*"  # twice the usual budget, one run stopped before it
     assert body[2][4] == "0.1" and h8[4] == "0.0"
@@ -177,3 +178,30 @@ def test_the_parallel_coordinates_page_has_an_axis_per_varied_setting_and_a_line
     page = S.compare_page(tmp_path, RECORDS, {}).read_text()
     assert '<script src="compare.js"></script>' in page and (tmp_path / "compare.js").is_file()
     assert '<a href="index.html">' in page  # back to the index
+
+
+def test_the_parallel_coordinates_page_draws_ten_axes_first_and_a_colour_per_question():
+    from headsweep.reports.site import compare_page as S
+
+    # 13 experiments over 12 varied settings, each answering its own question: more than the ten colours of old
+    varied = [f"model.knob{i}" for i in range(12)]
+    cells = [
+        cell(
+            f"c{j}",
+            [(f"q{j}/1", 1, 30.0 + j, 1150)],
+            base=j == 0,
+            **{k: (j if i <= j else 0) for i, k in enumerate(varied)},
+        )
+        for j in range(13)
+    ]
+    records = [record(f"sweep{j}", [c]) for j, c in enumerate(cells)]
+    data = S.compare_data(records, {f"sweep{j}": f"question{j:02d}" for j in range(13)})
+    assert len(data["axes"]) == 12 + 2  # every varied setting can be drawn (the page's chooser)
+    shown = [a["name"] for a in data["axes"] if a["shown"]]
+    assert len(shown) == 10 and shown[-2:] == ["BLEU", "PPL"]
+    # the settings drawn first set the most experiments apart: knob0 (12 of 13) to knob7, not knob8 to knob11
+    assert shown[:8] == [I.header(k) for k in varied[:8]]
+    colours = data["colours"]
+    assert sorted(colours) == sorted({r["question"] for r in data["rows"]}) and len(colours) == 13
+    assert len(set(colours.values())) == 13  # one colour per question, none shared
+    assert len(set(S.colours([f"q{i}" for i in range(40)]).values())) == 40  # past the palette too

@@ -202,21 +202,27 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     assert B.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
     assert 'href="heads_specialise.html"' in index and "no report yet" not in index
-    cells = index[index.index('<div id="cells">') :]
+    # the table of every experiment is its own page, linked from the index, which holds no table of cells
+    assert '<div id="cells">' not in index and 'href="cells.html"' in index and 'href="glossary.html"' in index
+    page = (out / "cells.html").read_text()
+    cells = page[page.index('<div id="cells">') :]
+    # its name column keeps each name on one line (the table scrolls sideways instead): the second column
+    assert "#cells td:nth-child(2),#cells th:nth-child(2){white-space:nowrap}" in page
+    assert re.search(r"<thead>\s*<tr>\s*<th[^>]*>question</th>\s*<th[^>]*>cell</th>", cells)
     # the header, table3_a's cells, heads_specialise's head dropout 0.1: its head dropout 0 has the settings of
     # table3_a's h = 8, so it is the same experiment, one row holding both sweeps' runs (seeds 1 and 2 twice)
     assert cells.count("<tr>") == 1 + 3 + 1
     same = next(row for row in cells.split("<tr>") if 'href="table3_a.html#cell-h8-dk32-dv32"' in row)
     assert 'href="heads_specialise.html#cell-h8-dk32-dv32-head_dropout0"' in same
     assert "4 (seed 1 ×2, 2 ×2)" in same
-    assert 'href="table3_a.html#cell-h4-dk64-dv64"' in cells and 'id="filter"' in index
+    assert 'href="table3_a.html#cell-h4-dk64-dv64"' in cells and 'id="filter"' in page
     links = re.findall(r'(?:href|src)="([^"]+)"', index + (out / "table3_a.html").read_text())
     assert links and not [
         link for link in links if ":" in link or link.startswith("/")
     ]  # relative: the folder can move
 
 
-FACTS = {"broken": [], "uncaptioned": [], "pre": [], "width": 1280, "wide_tables": []}
+FACTS = {"broken": [], "uncaptioned": [], "pre": [], "width": 1280, "height": 900, "wide_tables": []}
 
 
 def test_check_names_what_a_reader_would_see_wrong():
@@ -225,6 +231,13 @@ def test_check_names_what_a_reader_would_see_wrong():
     found = report_check.problems(bad)
     assert len(found) == 4 and "broken image a.png" in found and any("markdown left in a <pre>" in f for f in found)
     assert report_check.problems({**FACTS, "pre": ["plain log output\n  indented"]}) == []
+    # the index reads in three screens at 1,280 px: 2,700 px tall passes, a pixel more fails
+    assert report_check.problems({**FACTS, "height": 2700}, max_height=3 * 900) == []
+    tall = report_check.problems({**FACTS, "height": 2701}, max_height=3 * 900)
+    assert tall == [
+        "the page is 2701 px tall at 1280 px wide, over 2700 (3 screens): move a long part to a page of its own"
+    ]
+    assert report_check.problems({**FACTS, "height": 9000}) == []  # any other page may be long
 
 
 @pytest.mark.slow  # headless Chromium: a few seconds a page
@@ -240,20 +253,34 @@ def test_every_page_looks_right_in_chromium_after_the_folder_moves(tmp_path):
     site = tmp_path / "moved" / "reports"
     shutil.move(tmp_path / "built", site)
     found = report_check.check_site(site, tmp_path / "shots")
-    assert sorted(p.name for p in found) == ["compare.html", "heads_specialise.html", "index.html", "table3_a.html"]
+    assert sorted(p.name for p in found) == [
+        "cells.html",
+        "compare.html",
+        "glossary.html",
+        "heads_specialise.html",
+        "index.html",
+        "table3_a.html",
+    ]
     assert all(issues == [] for issues in found.values()), found
     assert (tmp_path / "shots" / "index.png").read_bytes()[:4] == b"\x89PNG"
 
+    tall = tmp_path / "tall"  # an index of many screens fails; a page beside it may be as long
+    tall.mkdir()
+    (tall / "index.html").write_text("<html><body>" + "<p>a line</p>" * 200 + '<a href="b.html">b</a></body></html>')
+    (tall / "b.html").write_text("<html><body>" + "<p>a line</p>" * 200 + "</body></html>")
+    measured = report_check.check_site(tall)
+    assert [i.split(" px")[1] for i in measured[tall / "index.html"]] == [" tall at 1280"]
+    assert measured[tall / "b.html"] == []
     (site / "bad.html").write_text("<html><body><pre>## Heads\n**Prunable**</pre><img src='gone.png'></body></html>")
     bad = report_check.check_site(site)[site / "bad.html"]
     assert any("broken image gone.png" in b for b in bad) and any("markdown left in a <pre>" in b for b in bad)
 
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:  # the index's table sorts on a click and filters as one types
+    with sync_playwright() as p:  # the table of every experiment sorts on a click and filters as one types
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
         page = browser.new_page()
-        page.goto((site / "index.html").as_uri())
+        page.goto((site / "cells.html").as_uri())
         column = page.evaluate("[...document.querySelectorAll('#cells th')].map(th => th.textContent).indexOf('BLEU')")
         first = lambda: page.locator("#cells tbody tr").first.locator("td").nth(column).text_content()  # noqa: E731
         page.click("#cells th:has-text('BLEU')")
@@ -378,17 +405,25 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
         back = "../index.html" if "/" in view else "index.html"
         assert f'href="{back}"' in (out / view).read_text(), view
     # the markdown twins link back too, to the index's twin, so the links work on GitHub
-    for view in ("table3_a.md", "explain.md", "lengths.md", "table3_a-budget.md"):
-        assert (out / view).read_text().startswith("[← all reports](index.md)\n"), view
-    assert (out / "prune-x" / "prune.md").read_text().startswith("[← all reports](../index.md)\n")
+    # and to the glossary beside the index (one source, docs/glossary.md), from their first line
+    first = "[← all reports](index.md) · [glossary: the words these pages use](glossary.md)\n"
+    for view in ("table3_a.md", "explain.md", "lengths.md", "table3_a-budget.md", "cells.md", "compare.md"):
+        assert (out / view).read_text().startswith(first), view
+    assert (out / "prune-x" / "prune.md").read_text().startswith(first.replace("(", "(../"))
+    glossary = (out / "glossary.html").read_text()
+    assert '<h2 id="stuck">stuck</h2>' in glossary and '<a href="index.html">' in glossary
+    for view in views:  # every page links the glossary
+        assert re.search(r'href="(\.\./)?glossary\.html"', (out / view).read_text()), view
     index_md = (out / "index.md").read_text()
     assert "](table3_a.md)" in index_md and "](prune-x/prune.md)" in index_md and ".html" not in index_md
     # the site check, from the files: every page reached from the index and linking back, no p of 0.000, and
     # every figure the report drew has its tick labels recorded, none repeated
     found, unrecorded = report_check.site_problems(out)
     assert sorted(p.relative_to(out).as_posix() for p in found) == [
+        "cells.html",
         "compare.html",
         "explain.html",
+        "glossary.html",
         "index.html",
         "lengths.html",
         "prune-x/prune.html",
@@ -397,6 +432,14 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     ]
     assert not any(found.values()), found
     assert unrecorded == [] and (out / "table3_a-bleu.ticks.json").is_file()
+    # a reader is told what a change was about, never the number of the ticket that asked for it
+    said = [
+        f"{f.name}: {m}" for f in out.rglob("*.*") if f.suffix in (".html", ".md") for m in ISSUE.findall(f.read_text())
+    ]
+    assert said == []
+
+
+ISSUE = re.compile(r"\bissues? #?\d+", re.I)
 
 
 class Killed(BaseException):

@@ -549,3 +549,27 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
     for sweep in ("heads_home", "table3_b_fan_in"):
         md = (tmp_path / "reports" / f"{sweep}.md").read_text()
         assert "- No run is stuck: every checked run's excess is at most 0.364" in md, sweep
+
+
+def test_the_scatter_names_each_point_draws_y_equals_x_and_keeps_its_legend_off_the_data(fake_root, tmp_path):
+    from matplotlib.lines import AxLine
+
+    from headsweep.reporting.plots import covered, data_points, extent, pyplot
+
+    T.write(fake_root, tmp_path / "reports")
+    rec = json.loads((tmp_path / "reports" / "table3.json").read_text())
+    compared = [c for c in rec["cells"] if c.get("delta") is not None and c["paper_delta"] is not None]
+    fig = TP.scatter(rec)
+    ax = fig.axes[0]
+    # every compared cell's point carries its name, at the point
+    named = {(t.get_text(), t.xy) for t in ax.texts}
+    assert {(c["cell"], (c["paper_delta"], c["delta"])) for c in compared} <= named and compared
+    # the diagonal: through (0, 0) at slope 1, whatever the view
+    diagonal = [line for line in ax.lines if isinstance(line, AxLine)]
+    assert [(line.get_xy1(), line.get_slope()) for line in diagonal] == [((0, 0), 1)]
+    # the legend sits outside the axes, over no point
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend, box = extent(ax.get_legend(), renderer), extent(ax, renderer)
+    assert legend[0] >= box[2] and covered(legend, data_points(ax, renderer)) == []
+    pyplot().close(fig)

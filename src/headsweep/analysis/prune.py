@@ -270,28 +270,39 @@ def markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(record: dict, path: Path) -> None:
+def prune_figure(record: dict):
+    """BLEU against the heads kept, each gate point named by its λ: above it, to its right, or to its left where
+    the next point is close (its label would run into that one's) or where it is the last (the axes end there)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = sorted(record["rows"], key=lambda r: r["heads_kept"])
     x = [r["heads_kept"] for r in rows]
     ax.plot(x, [r["concrete"]["bleu"] for r in rows], "o-", label="hard-concrete gates + L0 (fine-tuned)")
     ax.plot(x, [r["michel"]["bleu"] for r in rows], "s--", label="Michel importance, same counts (post hoc)")
-    for r in rows:
+    span = (max(x) - min(x)) or 1
+    for i, r in enumerate(rows):
+        left = i == len(rows) - 1 or x[i + 1] - x[i] < 0.12 * span
         ax.annotate(
             f"λ={r['lambda']:g}",
             (r["heads_kept"], r["concrete"]["bleu"]),
             fontsize=7,
             textcoords="offset points",
-            xytext=(3, 3),
+            xytext=(-4, 6) if left else (4, 6),
+            ha="right" if left else "left",
         )
     ax.axhline(record["full"]["bleu"], color="grey", lw=0.8, ls=":", label=f"all {record['heads']} heads")
+    ax.margins(y=0.1)  # room above the top points for their labels
     ax.set_xlabel("heads kept")
     ax.set_ylabel(f"BLEU ({record['split']}, greedy)")
     ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot(record: dict, path: Path) -> None:
+    fig = prune_figure(record)
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:

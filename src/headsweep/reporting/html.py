@@ -25,11 +25,13 @@ img{max-width:100%;height:auto}
 figure{margin:1em 0}figcaption{font-size:90%;color:#444;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}
 code{background:#f3f3f3;padding:0 3px;border-radius:3px;font-size:90%;overflow-wrap:anywhere}
-#cells table{font-size:10px;display:table;overflow:visible}#cells td,#cells th{padding:2px 1px}
+#cells{overflow:auto;max-height:85vh;max-width:100%}#cells table{font-size:12px;display:table;overflow:visible;margin:0}
+#cells td:nth-child(2),#cells th:nth-child(2){white-space:nowrap}#cells td:last-child{min-width:18em;text-align:left}
 #questions table{font-size:12.5px;line-height:1.3}#questions td,#questions th{text-align:left}
 #questions td:first-child{width:24%}#questions td:nth-child(3){width:30%;color:#555}
 #cells thead th{position:sticky;top:0;z-index:1;box-shadow:0 1px 0 #ccc}
-#cells td:first-child,#cells td:nth-child(2){overflow-wrap:anywhere}
+#sweeps>ul{columns:2;column-gap:2.5em;font-size:14px;line-height:1.35;padding-left:1.2em}
+#sweeps>ul>li{break-inside:avoid;margin-bottom:.35em}#sweeps ul ul{padding-left:1.1em;margin:0}
 blockquote{border-left:4px solid #c60;background:#fff4e5;margin:.6em 0;padding:.2em .8em}
 #filter{font-size:14px;padding:3px 6px;width:30em;max-width:100%}
 """

@@ -18,13 +18,15 @@ NUMBER = re.compile(r"^(<=? )?[+-]?\d[\d.]*%?( ± [\d.]+%?)?\*?$|^—$")  # a nu
 
 
 INDEX = "index.md"  # the markdown twin: a page's HTML gets index.html (reporting.html.page)
+GLOSSARY = "glossary.md"  # beside the index: the words the pages use in a sense of their own (docs/glossary.md)
 BACK = "[← all reports]("
 
 
 def with_back_link(markdown: str, index: str = INDEX) -> str:
-    """A view's markdown with a link back to the index of every report on its first line (an older link
-    back, to index.html, replaced)."""
-    link = f"{BACK}{index})"
+    """A view's markdown with a link back to the index of every report, and to the glossary beside it, on its
+    first line (an older first line, linking back only, replaced)."""
+    glossary = index[: -len(INDEX)] + GLOSSARY if index.endswith(INDEX) else GLOSSARY
+    link = f"{BACK}{index}) · [glossary: the words these pages use]({glossary})"
     if markdown.startswith(BACK):
         markdown = markdown.split("\n", 1)[1].lstrip("\n") if "\n" in markdown else ""
     return f"{link}\n\n{markdown}"

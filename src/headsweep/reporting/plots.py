@@ -95,13 +95,51 @@ def covered(box, points: list[list[float]], margin: float = 1.0) -> list[list[fl
     return [p for p in points if x0 + margin < p[0] < x1 - margin and y0 + margin < p[1] < y1 - margin]
 
 
+def data_bands(ax, renderer=None) -> list[list[list[float]]]:
+    """The filled bands of an axes drawn in data coordinates (fill_between: a seed sd's band, a noise band), each
+    as its polygon in display pixels. A band is data too: a legend over it hides where the spread lies."""
+    from matplotlib.collections import PolyCollection
+
+    found = []
+    for coll in ax.collections:
+        if not coll.get_visible() or not isinstance(coll, PolyCollection) or coll.get_transform() != ax.transData:
+            continue
+        for path in coll.get_paths():
+            pixels = ax.transData.transform(path.vertices)
+            found.append([[round(float(x), 1), round(float(y), 1)] for x, y in pixels])
+    return found
+
+
+def covered_bands(box, bands: list[list[list[float]]], view, margin: float = 1.0) -> int:
+    """How many bands a box [x0, y0, x1, y1] overlaps where they are drawn: inside `view`, the axes' box (a band
+    runs on past the view, clipped; a legend outside the axes covers none of it)."""
+    from matplotlib.path import Path as Polygon
+    from matplotlib.transforms import Bbox
+
+    x0, y0 = max(box[0], view[0]) + margin, max(box[1], view[1]) + margin
+    x1, y1 = min(box[2], view[2]) - margin, min(box[3], view[3]) - margin
+    if x0 >= x1 or y0 >= y1:
+        return 0
+    inside = Bbox([[x0, y0], [x1, y1]])
+    return sum(1 for band in bands if len(band) > 2 and Polygon(band).intersects_bbox(inside, filled=True))
+
+
+def hides_data(legend, ax, renderer) -> bool:
+    """Whether a legend covers a plotted point or a band of its axes."""
+    box = extent(legend, renderer)
+    return (
+        bool(covered(box, data_points(ax, renderer)))
+        or covered_bands(box, data_bands(ax, renderer), extent(ax, renderer)) > 0
+    )
+
+
 def extent(artist, renderer) -> list[float]:
     b = artist.get_window_extent(renderer)
     return [round(b.x0, 1), round(b.y0, 1), round(b.x1, 1), round(b.y1, 1)]
 
 
 def clear_legends(fig, passes: int = 3) -> None:
-    """Move each legend that covers a plotted point: to the first corner or edge of its axes where it covers
+    """Move each legend that covers a plotted point or a band: to the first corner or edge of its axes where it covers
     none, else outside the axes on the right. So no figure of the site hides data under its legend, whoever
     drew it; the site check (report_check) fails a figure where one still does. A legend moved outside
     re-lays the figure out, which can put another axes' points under its legend again: so pass again, up to
@@ -118,14 +156,14 @@ def _clear_legends_once(fig) -> bool:
     moved = outside = False
     for ax in fig.axes:
         legend = ax.get_legend()
-        if legend is None or not covered(extent(legend, renderer), data_points(ax, renderer)):
+        if legend is None or not hides_data(legend, ax, renderer):
             continue
         moved = True
         for loc in ("upper right", "upper left", "lower left", "lower right", "center right", "center left",
                     "upper center", "lower center"):  # fmt: skip
             legend.set_loc(loc)
             fig.canvas.draw()
-            if not covered(extent(legend, renderer), data_points(ax, renderer)):
+            if not hides_data(legend, ax, renderer):
                 break
         else:
             legend.set_loc("upper left")
@@ -137,14 +175,21 @@ def _clear_legends_once(fig) -> bool:
 
 
 def drawn_legends(fig) -> list[dict]:
-    """Per axes with a legend: the legend's box and the plotted points' positions, in display pixels."""
+    """Per axes with a legend: the legend's box, the plotted points' positions, the bands' polygons and the
+    axes' box, in display pixels."""
     renderer = fig.canvas.get_renderer()
     found = []
     for ax in fig.axes:
         legend = ax.get_legend()
         if legend is not None and legend.get_visible():
             found.append(
-                {"title": ax.get_title(), "legend": extent(legend, renderer), "points": data_points(ax, renderer)}
+                {
+                    "title": ax.get_title(),
+                    "legend": extent(legend, renderer),
+                    "points": data_points(ax, renderer),
+                    "bands": data_bands(ax, renderer),
+                    "axes": extent(ax, renderer),
+                }
             )
     return found
 

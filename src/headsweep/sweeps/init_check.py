@@ -353,7 +353,7 @@ def update_check_table(
     for i, b in enumerate(bases(flats)):
         c, bc = checks[i], checks[b]
         if c is None:
-            rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before issue 54)"])
+            rows.append([labels[i], "", "-", "-", "-", "-", "not measured (run recorded before the update check)"])
             continue
         ratios = (
             "" if bc is None or i == b else _kinds([_ratio(c["change"].get(k), bc["change"].get(k)) for k in KINDS])

@@ -127,7 +127,7 @@ def verdict(name: str, g: dict, n: int, alpha: float = 0.05) -> tuple[str, str]:
 def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
     """Val BLEU and val loss against step; one colour per cell, 2x solid and its 1x cell dashed, ±sd bands."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.0))
     for i, row in enumerate(rows):
         one = row["one"]
         for cell, style, tag in (
@@ -148,9 +148,11 @@ def curves_png(sweep: str, rows: list[dict], out: Path) -> tuple[Path, str]:
     for ax, name in zip(axes, ("val BLEU (greedy)", "val loss (NLL per subword)")):
         ax.set(xlabel="training step", ylabel=name)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    # the key below both panels: inside either it lay over the curves' ± sd bands
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle(f"{sweep}: learning curves at 1x and 2x the steps, mean ± sd over seeds")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03 + 0.04 * ((len(labels) + 1) // 2), 1, 1))
     path = out / f"{sweep}-budget-curves.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -213,21 +213,23 @@ def markdown(record: dict, png: Path | None) -> str:
             "",
             figure(
                 png.name,
-                "Figure 1. Our Δ test BLEU against the paper's Δ dev BLEU, one point per compared cell, coloured by "
-                "row, one marker per protocol; bars: our 95% Welch interval over seeds (none with fewer than 2 "
-                "seeds a side). Points in the upper right and lower left quadrants move the paper's way.",
+                "Figure 1. Our Δ test BLEU against the paper's Δ dev BLEU, one point per compared cell (named beside "
+                "it), coloured by row, one marker per protocol; bars: our 95% Welch interval over seeds (none with "
+                "fewer than 2 seeds a side). Points in the upper right and lower left quadrants move the paper's "
+                "way; on the dashed diagonal y = x, by as much as the paper's.",
             ),
             "",
         ]
     return "\n".join(md) + "\n"
 
 
-def plot(record: dict, path: Path) -> Path:
-    """Our Δ against the paper's per compared cell, with our interval as the bar, per protocol."""
-    from headsweep.reporting.plots import pyplot, save_figure
+def scatter(record: dict):
+    """Our Δ against the paper's per compared cell, with our interval as the bar, per protocol: each point named
+    (its cell), the diagonal y = x (a cell on it moves as the paper's did), the legend outside the axes."""
+    from headsweep.reporting.plots import pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    fig, ax = plt.subplots(figsize=(8.6, 5.2))
     shown = 0
     for marker, (protocol, p) in zip(MARKERS, record["protocols"].items()):
         for row in ROWS:
@@ -253,19 +255,38 @@ def plot(record: dict, path: Path) -> Path:
                 capsize=3,
                 label=f"row {row}, {p['title']}",
             )
+            for c in mine:  # which cell each point is, beside it (the colour says the row)
+                ax.annotate(
+                    c["cell"],
+                    (c["paper_delta"], c["delta"]),
+                    xytext=(4, 3),
+                    textcoords="offset points",
+                    fontsize=6.5,
+                    color=ROW_COLOURS[row],
+                )
     ax.axhline(0, color="grey", lw=0.8)
     ax.axvline(0, color="grey", lw=0.8)
+    if shown:
+        ax.axline((0, 0), slope=1, color="0.3", ls="--", lw=0.9, label="y = x: our Δ equals the paper's")
     ax.set_xlabel("paper's Δ BLEU against its base (dev, newstest2013)")
     ax.set_ylabel("our Δ BLEU against our base (test, mean over seeds)")
     ax.set_title("Table 3: our Δ BLEU against the paper's, per cell")
     if shown:
-        ax.legend(loc="best", fontsize=7)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)  # outside: it covers no point
     else:
         ax.text(0.5, 0.5, "no compared cell yet", ha="center", va="center", transform=ax.transAxes)
     if not math.isfinite(ax.get_ylim()[0]):
         ax.set_ylim(-1, 1)
     fig.tight_layout()
+    return fig
+
+
+def plot(record: dict, path: Path) -> Path:
+    """The scatter of our Δ against the paper's as a PNG at path."""
+    from headsweep.reporting.plots import pyplot, save_figure
+
+    fig = scatter(record)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
     return path

@@ -5,14 +5,15 @@
 The site, read from the HTML files (no browser needed; pure functions on what the pages hold, so each is
 tested on tiny pages): every page is reachable by links from index.html and links back to it; no p-value
 prints as 0.000 (in the text, or in a table column headed p...); no figure repeats a tick label on an axis
-or draws two labels over each other, and no legend covers a plotted point (read from the .ticks.json
-that reporting.plots.save_figure writes beside each PNG: a PNG shows no ticks or boxes to a browser; a
-figure without one is named, not failed: an older command drew it); every markdown twin's links open files
-that are there, twins rather than pages (GitHub).
+or draws two labels over each other, and no legend covers a plotted point or a filled band (a seed sd's,
+a noise band) (read from the .ticks.json that reporting.plots.save_figure writes beside each PNG: a PNG
+shows no ticks or boxes to a browser; a figure without one is named, not failed: an older command drew
+it); every markdown twin's links open files that are there, twins rather than pages (GitHub).
 
 Each page, opened in headless Chromium (Debian's `chromium`, driven by Playwright) at 1,280 x 900: every
 image loads; no <pre> holds markdown (a heading, bold, an image or a pipe table left unrendered); nothing
-is wider than the window (the page, or a table that would scroll); every image has a caption.
+is wider than the window (the page, or a table that would scroll); every image has a caption; the index
+reads in three screens (at most 3 x 900 px tall: the table of every experiment has its own page).
 --screenshots writes a PNG of each page's first screen (index.png, <sweep>.png, ...).
 """
 
@@ -28,9 +29,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from headsweep.reporting.plots import covered, ticks_path
+from headsweep.reporting.plots import covered, covered_bands, ticks_path
 
 WIDTH, HEIGHT = 1280, 900
+INDEX_SCREENS = 3  # the index's questions, answers and sweeps in three screens at most
 
 # Everything is measured in the page itself; returns the facts, the checks are below in Python.
 MEASURE = """() => ({
@@ -39,6 +41,7 @@ MEASURE = """() => ({
                                    .map(i => i.getAttribute("src")),
   pre: [...document.querySelectorAll("pre")].map(p => p.textContent),
   width: document.documentElement.scrollWidth,
+  height: document.documentElement.scrollHeight,
   wide_tables: [...document.querySelectorAll("table")].filter(t => t.scrollWidth > t.clientWidth + 1)
                                                       .map(t => t.rows[0].textContent.trim().slice(0, 60)),
 })"""
@@ -56,8 +59,9 @@ def browser_path() -> str:
     return path
 
 
-def problems(facts: dict) -> list[str]:
-    """What a reader would see wrong on a page, from MEASURE's facts."""
+def problems(facts: dict, max_height: int | None = None) -> list[str]:
+    """What a reader would see wrong on a page, from MEASURE's facts; `max_height`: the most the page may be
+    tall (px, in the window's width), or None."""
     found = [f"broken image {src}" for src in facts["broken"]]
     found += [f"image without a caption {src}" for src in facts["uncaptioned"]]
     found += [
@@ -68,6 +72,11 @@ def problems(facts: dict) -> list[str]:
     if facts["width"] > WIDTH:
         found.append(f"the page is {facts['width']} px wide in a {WIDTH} px window")
     found += [f"table wider than the page (it scrolls): {head!r}" for head in facts["wide_tables"]]
+    if max_height is not None and facts.get("height", 0) > max_height:
+        found.append(
+            f"the page is {facts['height']} px tall at {WIDTH} px wide, over {max_height} "
+            f"({max_height // HEIGHT} screens): move a long part to a page of its own"
+        )
     return found
 
 
@@ -181,14 +190,18 @@ def tick_problems(record: dict) -> list[str]:
 
 
 def legend_problems(record: dict) -> list[str]:
-    """A figure's legend drawn over plotted points (save_figure records each legend's box and the points, in
-    the PNG's pixels)."""
+    """A figure's legend drawn over plotted points or a filled band, a seed sd's or a noise band (save_figure
+    records each legend's box, the points, the bands and the axes' box, in the PNG's pixels; a record from
+    before bands were recorded has none)."""
     found = []
     for entry in record.get("legends", []):
+        where = f"{record.get('figure', '?')} ({entry.get('title') or 'untitled axes'})"
         under = covered(entry["legend"], entry.get("points", []))
         if under:
-            where = f"{record.get('figure', '?')} ({entry.get('title') or 'untitled axes'})"
             found.append(f"{where}: the legend covers {len(under)} plotted point{'s' * (len(under) > 1)}")
+        bands = covered_bands(entry["legend"], entry.get("bands", []), entry.get("axes") or entry["legend"])
+        if bands:
+            found.append(f"{where}: the legend covers {bands} band{'s' * (bands > 1)} (a spread drawn as an area)")
     return found
 
 
@@ -267,7 +280,8 @@ def check_site(folder: Path, screenshots: Path | None = None) -> dict[Path, list
             view = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
             for path in pages:
                 view.goto(path.resolve().as_uri(), wait_until="load")
-                found[path] = problems(view.evaluate(MEASURE))
+                index = path.resolve() == (folder / "index.html").resolve()
+                found[path] = problems(view.evaluate(MEASURE), INDEX_SCREENS * HEIGHT if index else None)
                 if screenshots is not None:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     name = str(path.relative_to(folder).with_suffix("")).replace("/", "-")  # prune-x/prune

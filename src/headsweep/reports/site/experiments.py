@@ -19,7 +19,7 @@ from headsweep.store import RESULTS, experiment_settings
 
 ALWAYS = ("model.heads", "model.d_k", "model.d_v")  # first, varied or not
 LAST = ("trainer.max_steps", "trainer.precision", "model.init")  # before the scores, varied or not
-# Short headers, so that the table fits a 1,280 px window (the rest: the setting's last part in words)
+# Short headers, so that the table's columns stay narrow (the rest: the setting's last part in words)
 HEADERS = {
     "model.kv_heads": "kv heads",
     "model.fixed_heads.enc_self": "fixed enc",
@@ -155,8 +155,9 @@ def columns(rows: list[dict]) -> list[str]:
 # What each column holds, shown above the table (and the hover text of its header)
 DEFINITIONS = {
     "question": "the question of sweeps/_questions.yaml its sweeps answer (sort by it to group the rows)",
-    "cell, in sweeps": "the cell's name (h, d_k, d_v and what else it sets; where several rows share a name, "
-    "the settings that tell them apart in brackets), then each sweep holding its runs (`base`: that sweep's base)",
+    "cell": "the cell's name (h, d_k, d_v and what else it sets; where several rows share a name, "
+    "the settings that tell them apart in brackets), linking its details in a sweep's report",
+    "in sweeps": "each sweep holding the row's runs, linking the cell there (`base`: that sweep's base)",
     "h": "attention heads per layer",
     "d_k": "query/key width per head",
     "d_v": "value width per head",
@@ -249,7 +250,8 @@ def table(records: list[dict], asks: dict[str, str] | None = None) -> tuple[list
     rows = experiments(records)
     keys = columns(rows)
     usual = Counter(r["settings"].get("trainer.max_steps") for r in rows).most_common(1)[0][0] if rows else None
-    head = ["question", "cell, in sweeps", *map(header, keys), "runs", "BLEU", "PPL"]
+    # the name alone in its column (the cells page keeps it on one line), the sweeps last, where they may wrap
+    head = ["question", "cell", *map(header, keys), "runs", "BLEU", "PPL", "in sweeps"]
     body = []
     for row, name in zip(rows, distinguished(rows, keys)):
         asked = sorted({asks[sweep] for sweep, *_ in row["where"] if sweep in asks})
@@ -259,7 +261,7 @@ def table(records: list[dict], asks: dict[str, str] | None = None) -> tuple[list
             f"[{sweep}]({Path(page).with_suffix('.md').as_posix()}#{anchor})" + (" base" if base else "")
             for sweep, page, anchor, base in row["where"]
         )
-        cells = [", ".join(asked) or "—", f"[{name}]({md_page}#{named_anchor})<br>in {sweeps}"]  # fits 1,280 px
+        cells = [", ".join(asked) or "—", f"[{name}]({md_page}#{named_anchor})"]
         cells += [
             steps_text(row, usual) if k == "trainer.max_steps" else value(row["settings"].get(k), k) for k in keys
         ]
@@ -267,6 +269,7 @@ def table(records: list[dict], asks: dict[str, str] | None = None) -> tuple[list
             runs_text(row["runs"]),
             mean_sd_text([r["test_bleu"] for r in row["runs"]], 2),
             mean_sd_text([r["test_ppl"] for r in row["runs"]], 2),
+            sweeps,
         ]
         body.append(cells)
     return head, body

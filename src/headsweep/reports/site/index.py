@@ -7,7 +7,6 @@ sweep), so rebuilding one sweep's report does not recompute the others'."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -16,10 +15,11 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, first_heading, table, with_back_link, with_footer
 from headsweep.reports.site import experiments as report_index
 from headsweep.reports.site import questions as Q
+from headsweep.reports.site.compare_page import compare_data, compare_page, run_curve  # noqa: F401 (the site's API)
+from headsweep.reports.site.glossary import GLOSSARY, write_glossary
 from headsweep.reports.sweep.cells import Cell
 from headsweep.reports.sweep.table import anchor
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
-from headsweep.store.pack import metrics_file, open_text
 
 PRUNE_FIGURE = (
     "BLEU against the heads kept: hard-concrete gates with an L0 penalty, fine-tuned, beside Michel's "
@@ -149,6 +149,19 @@ def md_link(page_name: str) -> str:
     return Path(page_name).with_suffix(".md").as_posix()
 
 
+def sweep_item(r: dict, asks: dict[str, str], late: dict[str, str], shared: dict[str, int]) -> str:
+    """One sweep in the index's list, on one line of its column: its name (its page's title on hover), runs,
+    cells, and where its runs are shared or left out; an earlier protocol's page says what replaced it."""
+    title = r["title"].replace('"', "'")
+    notes = [f"{shared[r['sweep']]} shared"] if shared.get(r["sweep"]) else []
+    notes += [f"{len(r['left_out'])} left out"] if r["left_out"] else []
+    notes += [f"replaced by {late[r['sweep']]}"] if r["sweep"] in late else []
+    return (
+        f'- [{r["sweep"]}]({md_link(r["page"])} "{title}"): {counted(r["runs"], "run")}, '
+        f"{counted(len(r['cells']), 'cell')}" + (f" ({'; '.join(notes)})" if notes else "")
+    )
+
+
 def index_markdown(
     records: list[dict],
     prunes: list[tuple[Path, str]],
@@ -157,172 +170,81 @@ def index_markdown(
     views: list[tuple[Path, str, str]] = (),
     questions: list[dict] | None = None,
 ) -> str:
-    """The index: the questions with their current answers first (the first screen), then every page by
-    question, the views, the prune reports and the table of every experiment."""
+    """The index, three screens at most: the questions with their current answers first, then every sweep by
+    question (two columns), the views, the prune reports, and links to the table of every experiment
+    (cells.html) and the glossary."""
     questions = questions or []
     asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
     late = {Q.page_of(e): e["superseded_by"] for q in questions for e in q["evidence"] if e.get("superseded_by")}
-    head, rows = report_index.table(records, asks)
     old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
     shared = report_index.shared_runs(records)
-    lines = ["# headsweep reports", "", *(Q.index_section(questions, out_dir) if questions else [])]
-    lines += ["## Every sweep", ""]
-    for r in sorted(records, key=lambda r: (asks.get(r["sweep"]) is None, asks.get(r["sweep"], ""), r["sweep"])):
-        left = f"; {len(r['left_out'])} left out" if r["left_out"] else ""
-        also = f" ({shared[r['sweep']]} also in another sweep)" if shared.get(r["sweep"]) else ""
-        question = f"question {asks[r['sweep']]}" if r["sweep"] in asks else "no question declared"
-        replaced = f"; earlier protocol, replaced by {late[r['sweep']]}" if r["sweep"] in late else ""
-        lines.append(
-            f"- [{r['title']}]({md_link(r['page'])}): {counted(r['runs'], 'run')}{also} in "
-            f"{counted(len(r['cells']), 'cell')}{left} ({question}{replaced})"
-        )
-    lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
-    lines += [
-        f"- {name}: its report is older than the table below, which leaves it out: `make report SWEEP={name}`"
-        for name in old
+    lines = [
+        "# headsweep reports",
+        "",
+        f"The words these pages use in their own sense (card, edge, stuck, start, ...): [the glossary]({GLOSSARY}). "
+        f"Every experiment in one table: [{CELLS_TITLE.lower()}]({CELLS}).",
+        "",
+        *(Q.index_section(questions, out_dir) if questions else []),
     ]
-    lines += ["", "## Across sweeps", ""]
-    lines += ["- [Every experiment in parallel coordinates](compare.md): settings to BLEU and PPL, brushable"]
+    lines += ["## Every sweep", "", "By question; hover a name for its page's title. `shared`: runs another sweep "
+              "holds too (counted once in the table of every experiment).", "", '<div id="sweeps">', ""]  # fmt: skip
+    by_question: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: r["sweep"]):
+        by_question.setdefault(asks.get(r["sweep"], "no question declared"), []).append(r)
+    order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
+    for qid in order:
+        lines += [f"- **{qid}**", *("  " + sweep_item(r, asks, late, shared) for r in by_question[qid])]  # tight
+    lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
+    lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
+    lines += ["", "</div>", "", "## Across sweeps", ""]  # fmt: skip
+    lines += [
+        f"- [{CELLS_TITLE}]({CELLS}): {report_index.counts(records)[:-1]}; sortable and filterable",
+        "- [Every experiment in parallel coordinates](compare.md): settings to BLEU and PPL, brushable",
+    ]
     lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or [
-        f"- none yet: {', '.join(command for *_, command in VIEWS)}"
+        f"- no views yet: {', '.join(command for *_, command in VIEWS)}"
     ]
     lines += ["", "## Pruning reports", ""]
     lines += [
         f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes
     ] or ["- none yet: `make prune CKPT=<run dir>`"]
-    lines += [
-        "",
-        "## Every experiment",
-        "",
-        report_index.counts(records) + " " + report_index.NOTE,
-        "",
-        "Columns: " + "; ".join(f"**{h}** {report_index.definition(h)}" for h in head) + ".",
-        "",
-        "Click a column's header to sort by it (the question column groups the rows by question); type in the "
-        "box to keep the rows holding every word typed (e.g. `kv_heads 32-true`). A cell's name opens its "
-        "details in its sweep's report; a name shared by several rows carries what differs.",
-        "",
-        f'<p><input id="filter" type="search" placeholder="filter the experiments" '
-        f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} experiments</p>',
-        "",
-        '<div id="cells">',
-        "",
-        *table(head, rows, align=True),
-        "",
-        "</div>",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])
 
 
-COMPARE_JS = Path(__file__).resolve().parents[2] / "reporting" / "compare.js"
-LOG_AXES = ("model.heads", "model.d_k", "model.d_v", "model.kv_heads", "module.peak_lr", "model.d_model", "model.d_ff")
+CELLS, CELLS_TITLE = "cells.md", "Every experiment"
 
 
-def run_curve(root: Path | None, run_id: str) -> list[list[float]]:
-    """A run's val BLEU (greedy) at each validation, from the metrics CSV it wrote ([] where there is none)."""
-    if root is None:
-        return []
-    path = metrics_file(root / run_id)
-    if path is None:
-        return []
-    points = []
-    with open_text(path) as f:
-        for row in csv.DictReader(f):
-            try:
-                points.append([int(float(row["step"])), round(float(row["val/bleu"]), 2)])
-            except (KeyError, TypeError, ValueError):
-                continue  # a row of another metric
-    return points
-
-
-def compare_data(records: list[dict], asks: dict[str, str], root: Path | None = None) -> dict:
-    """The parallel-coordinates view's data: one row per experiment (report_index.experiments), an axis per
-    setting that differs between them (numbers on a log2 or linear scale, words as categories), then test BLEU
-    and PPL (means over seeds)."""
-    rows = report_index.experiments(records)
-    keys = [k for k in report_index.columns(rows) if len({json.dumps(r["settings"].get(k)) for r in rows}) > 1]
-    axes = []
-    for k in keys:
-        values = [r["settings"].get(k) for r in rows if r["settings"].get(k) is not None]
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        kind = ("log" if k in LOG_AXES and min(values) > 0 else "linear") if numeric else "category"
-        name = report_index.header(k)
-        axes.append(
-            {"name": name, "kind": kind, "definition": report_index.definition(name), "format": k == "module.peak_lr"}
-        )
-    axes += [
-        {"name": "BLEU", "kind": "linear", "definition": report_index.definition("BLEU"), "format": False},
-        {"name": "PPL", "kind": "log", "definition": report_index.definition("PPL"), "format": False},
-    ]
-
-    def mean(xs):
-        xs = [x for x in xs if x is not None]
-        return round(sum(xs) / len(xs), 2) if xs else None
-
-    out = []
-    for row, name in zip(rows, report_index.distinguished(rows, report_index.columns(rows))):
-        settings = [row["settings"].get(k) for k in keys]
-        settings = [
-            v if v is None or isinstance(v, (int, float)) and not isinstance(v, bool) else str(v) for v in settings
-        ]
-        bleu, ppl = mean([r["test_bleu"] for r in row["runs"]]), mean([r["test_ppl"] for r in row["runs"]])
-        _, page, anchor, _ = row["where"][row["named_in"]]
-        asked = sorted({asks[sweep] for sweep, *_ in row["where"] if sweep in asks}) or ["no question"]
-        out.append(
-            {
-                "name": name,
-                "question": asked[0],
-                "href": f"{Path(page).with_suffix('.html').as_posix()}#{anchor}",
-                "values": [*settings, bleu, ppl],
-                "bleu": bleu,
-                "ppl": ppl,
-                "curves": [{"seed": r["seed"], "points": run_curve(root, r["id"])} for r in row["runs"]],
-            }
-        )
-    return {"axes": axes, "rows": out}
-
-
-def compare_page(out_dir: Path, records: list[dict], asks: dict[str, str], root: Path | None = None) -> Path:
-    """compare.html (and its twin): every experiment in parallel coordinates, brushable, drawn by compare.js,
-    one local file copied beside the pages (no network, no library)."""
-    data = json.dumps(compare_data(records, asks, root), separators=(",", ":")).replace("<", "\\u003c")
-    md = with_back_link(
+def cells_markdown(records: list[dict], asks: dict[str, str]) -> str:
+    """cells.md: the table of every experiment (report_index: each run counted once), sortable and filterable,
+    its columns defined above it."""
+    head, rows = report_index.table(records, asks)
+    return with_back_link(
         "\n".join(
             [
-                "# Every experiment in parallel coordinates",
+                f"# {CELLS_TITLE}",
                 "",
-                "One line per experiment (the rows of the index's table), from each setting that differs to its "
-                "test BLEU and PPL (means over seeds), coloured by question. Drag along an axis to keep the lines "
-                "in that range (brushes on several axes combine); double-click the axis to clear it. A name's "
-                "link opens its cell. Hover an axis's name for its definition. (GitHub shows this page's text "
-                "only: open reports/compare.html in a browser.)",
+                report_index.counts(records) + " " + report_index.NOTE,
                 "",
-                '<p id="pc-legend"></p>',
+                "Columns: " + "; ".join(f"**{h}** {report_index.definition(h)}" for h in head) + ".",
                 "",
-                '<div id="pc"></div>',
+                "Click a column's header to sort by it (the question column groups the rows by question); type in "
+                "the box to keep the rows holding every word typed (e.g. `kv_heads 32-true`). A cell's name opens "
+                "its details in its sweep's report; a name shared by several rows carries what differs. The table "
+                "scrolls sideways.",
                 "",
-                '<p id="pc-count"></p>',
+                f'<p><input id="filter" type="search" placeholder="filter the experiments" '
+                f'aria-label="filter the experiments"> <span id="shown">{len(rows)}</span> of {len(rows)} '
+                "experiments</p>",
                 "",
-                "The kept experiments, best BLEU first (the first 40); tick one to draw its runs' learning curves "
-                "(val BLEU, greedy, at each validation; one line per seed) below the list.",
+                '<div id="cells">',
                 "",
-                '<ol id="pc-list"></ol>',
+                *table(head, rows, align=True),
                 "",
-                '<div id="pc-curves"></div>',
-                "",
-                f'<script type="application/json" id="pc-data">{data}</script>',
-                "",
-                '<script src="compare.js"></script>',
+                "</div>",
                 "",
             ]
         )
     )
-    atomic_write(out_dir / "compare.js", COMPARE_JS.read_text())
-    md = with_footer(md, __spec__.name)
-    atomic_write(out_dir / "compare.md", md)
-    atomic_write(out_dir / "compare.html", page("every experiment in parallel coordinates", md))
-    return out_dir / "compare.html"
 
 
 def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] | None = None) -> list[Path]:
@@ -348,8 +270,21 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     views = view_pages(out_dir, questions)
     asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
     compare = compare_page(out_dir, records, asks, root)
+    cells = cells_markdown(records, asks)
+    cells = with_footer(cells, __spec__.name)
+    atomic_write(out_dir / CELLS, cells)
+    atomic_write(out_dir / "cells.html", page(CELLS_TITLE.lower(), cells))
+    glossary = write_glossary(out_dir)
     md = index_markdown(records, prunes, out_dir, unreported, views, questions)
     md = with_footer(md, __spec__.name)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
-    return [out_dir / "index.md", out_dir / "index.html", compare, *(p for p, _ in prunes), *(p for p, *_ in views)]
+    return [
+        out_dir / "index.md",
+        out_dir / "index.html",
+        out_dir / "cells.html",
+        glossary,
+        compare,
+        *(p for p, _ in prunes),
+        *(p for p, *_ in views),
+    ]

@@ -1,6 +1,6 @@
 """The sweep page's two sections on the protocol's confounds, from what each run recorded: its init check ("At
-init": each attention projection's gain and the attention output against the residual, issue 42) and its update
-check ("First steps": each attention kind's output change in its first Adam steps, issue 54). The tables and the
+init": each attention projection's gain and the attention output against the residual) and its update check
+("First steps": each attention kind's output change in its first Adam steps). The tables and the
 rule that flags a cell are sweeps.init_check's, the ones `make sweep` prints before a sweep trains."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ def init_check_section(cells) -> str:
         f"Each attention projection's gain (sqrt(fan_in) x weight std; 1.00 keeps a unit-variance input's "
         f"scale) and the attention output's RMS against the residual stream's (first layer, a synthetic batch, "
         f"mean of {checks[0].get('draws', '')} weight draws) at init, seed "
-        f"{min(r.seed for r in cells[0].runs)} (runs recorded before issue 42: measured from their config, "
-        f"model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
+        f"{min(r.seed for r in cells[0].runs)} (runs recorded before the 2026-11-26 protocol: measured from their "
+        f"config, model.init xavier). A cell that differs from its base by more than {TOLERANCE:.0%} in something it "
         "does not vary on purpose carries a confound of the protocol, not of the attention setting."
     )
     return "\n".join(["## At init", "", note, "", *init_check_table(labels, flats, checks), ""])
