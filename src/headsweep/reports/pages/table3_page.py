@@ -104,6 +104,14 @@ HEADER = [
 ]
 
 
+PAPER_COLUMNS = ["paper PPL (dev)", "paper BLEU (dev)", "paper params ×10⁶", "our params ×10⁶"]
+
+
+def pick(line: list[str], header: list[str], columns: list[str]) -> list[str]:
+    """The entries of one wide row (in `header`'s order) under `columns`."""
+    return [line[header.index(h)] for h in columns]
+
+
 def wide_row(c: dict, ref: dict, label: str) -> list[str]:
     p = c.get("paper") or {}
     if c["verdict"] is None:
@@ -156,12 +164,22 @@ def protocol_section(record: dict, protocol: str) -> list[str]:
     summary = [[row, ", ".join(r["sweeps"]), r["state"], "; ".join(r["devices"]) or "—"] for row, r in rows.items()]
     md += markdown_table(["row", "sweeps", "state", "precision, device"], summary)
     header = [HEADER[0], *record["setting_columns"], *HEADER[1:]]
-    body = []
+    body, names = [], []
     for row, r in rows.items():
         if r["base"]:
             body.append(base_row(r["base"], record["paper_base"], f"{row}: base"))
-        body += [wide_row(c, ref, row) for c in cells if c["row"] == row]
-    md += ["", *markdown_table(header, body), ""]
+            names.append(f"{row}: base")
+        for c in cells:
+            if c["row"] == row:
+                body.append(wide_row(c, ref, row))
+                names.append(f"{row}: {c['cell']}")
+    # two tables, not one of 25 columns (wider than a 1,280 px page): the paper's layout, then ours against it
+    paper_cols = [*record["setting_columns"], *PAPER_COLUMNS]
+    ours_cols = [h for h in HEADER[1:] if h not in PAPER_COLUMNS]
+    md += ["", "The paper's cells (a blank setting is the base's) and our model's size:", ""]
+    md += [*markdown_table(["", *paper_cols], [[line[0], *pick(line, header, paper_cols)] for line in body]), ""]
+    md += ["Ours against the row's base (one machine class):", ""]
+    md += [*markdown_table(["", *ours_cols], [[n, *pick(line, header, ours_cols)] for n, line in zip(names, body)]), ""]
     for row, r in rows.items():
         md += [
             f"### Row {row}, {p['title']}",
