@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from headsweep.config import register_resolvers
@@ -53,15 +54,17 @@ def tiny_overrides(out: Path | None, *extra: str) -> list[str]:
     return [*TINY, *paths, *extra]
 
 
+SESSION_THREADS = torch.get_num_threads()  # torch's own count for this process, before any test sets one
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads():
-    """A training with `threads` set calls torch.set_num_threads for the whole process: put it back after each
-    test, so a later test that reads torch's thread count (e.g. the tiny run's record) sees the session's."""
-    import torch
-
-    n = torch.get_num_threads()
+    """A training with `threads` set calls torch.set_num_threads for the whole process (also from a module- or
+    session-scoped fixture): every test starts and ends at the session's count, so a test that reads torch's
+    thread count (the tiny run's record) sees the one the tiny run trained with."""
+    torch.set_num_threads(SESSION_THREADS)
     yield
-    torch.set_num_threads(n)
+    torch.set_num_threads(SESSION_THREADS)
 
 
 @pytest.fixture(scope="session")
@@ -74,6 +77,7 @@ def tiny_run(tmp_path_factory) -> Path:
     from headsweep.training.train import train
 
     out = tmp_path_factory.mktemp("tiny") / "run"
+    torch.set_num_threads(SESSION_THREADS)  # whatever an earlier fixture left: the count the tests compare with
     train(compose(tiny_overrides(out, *TINY_RUN)))
     return out
 
