@@ -167,12 +167,12 @@ ENTITY ?=
 
 .PHONY: wandb-export
 wandb-export: setup  ## The shipped runs as offline W&B runs in wandb-export/ (then wandb sync): make wandb-export [SWEEPS=a,b PROJECT=..]
-	$(PY) -m headsweep.reports.wandb.export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) \
+	$(PY) -m headsweep.reports.dashboard.export --root $(RESULTS) --out wandb-export $(if $(SWEEPS),--sweeps $(SWEEPS)) \
 		$(if $(PROJECT),--project $(PROJECT)) $(ARGS)
 
 .PHONY: wandb-views
 wandb-views: setup  ## A W&B report per question + a workspace view; specs in wandb-export/views/, saved where WANDB_API_KEY is set [PROJECT=.. ENTITY=..]
-	$(PY) -m headsweep.reports.wandb.views --root $(RESULTS) --out wandb-export/views $(if $(PROJECT),--project $(PROJECT)) \
+	$(PY) -m headsweep.reports.dashboard.views --root $(RESULTS) --out wandb-export/views $(if $(PROJECT),--project $(PROJECT)) \
 		$(if $(ENTITY),--entity $(ENTITY)) $(ARGS)
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from conftest import fake_run, stored_run
 from headsweep.config import compose
+from headsweep.reports.dashboard import export as W
 from headsweep.reports.sweep.cells import ReportError
-from headsweep.reports.wandb import export as W
 from headsweep.store import show
 from test_wandb import read_offline_run
 

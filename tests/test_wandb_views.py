@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 import yaml
 
+from headsweep.reports.dashboard import views as V
+from headsweep.reports.dashboard.save import ViewsError, synced_tags
 from headsweep.reports.pages import table3 as T
 from headsweep.reports.site import questions as Q
-from headsweep.reports.wandb import views as V
-from headsweep.reports.wandb.save import ViewsError, synced_tags
 from headsweep.sweeps.table3 import ROWS
 from test_table3 import REFS, fake_run
 

@@ -1,5 +1,5 @@
 """`make wandb-views`'s online half: whether a W&B server answers, what its project holds, and saving the
-reports and the workspace view (reports.wandb.views builds them offline). Nothing here runs without
+reports and the workspace view (reports.dashboard.views builds them offline). Nothing here runs without
 WANDB_API_KEY; nothing waits on a server longer than PROBE_SECONDS to learn it is unreachable."""
 
 from __future__ import annotations

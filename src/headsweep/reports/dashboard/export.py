@@ -2,7 +2,7 @@
 (each run once, however many sweeps show it) into an ignored folder, and `wandb sync` then puts them in a
 user's own project, to compare in W&B's dashboard.
 
-    python -m headsweep.reports.wandb.export [--root results] [--out wandb-export] [--project headsweep-reference]
+    python -m headsweep.reports.dashboard.export [--root results] [--out wandb-export] [--project headsweep-reference]
         [--sweeps a,b]
 
 Each W&B run carries the run's resolved config as a training run logs it (results.json's, d_k and d_v as the

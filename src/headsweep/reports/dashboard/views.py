@@ -1,7 +1,7 @@
 """The W&B dashboard a user lands in, built from the same questions file as reports/: `make wandb-views`, run
 after `make wandb-export` and `wandb sync`.
 
-    python -m headsweep.reports.wandb.views [--root results] [--out wandb-export/views] [--entity E]
+    python -m headsweep.reports.dashboard.views [--root results] [--out wandb-export/views] [--entity E]
         [--project headsweep-reference]
 
 With wandb-workspaces (W&B's library for reports and workspaces as code), one W&B Report per question of
@@ -41,13 +41,13 @@ import wandb_workspaces.workspaces as ws
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
-from headsweep.reports.site import questions as Q
+from headsweep.reports.dashboard.export import finished_runs
+from headsweep.reports.dashboard.save import ViewsError, connect, reachable, save, server, synced_tags
 from headsweep.reports.pages import table3 as T
-from headsweep.reports.sweep.cells import ReportError, group_cells, load_runs, varied_keys
 from headsweep.reports.pages.table3_answers import answer_line
 from headsweep.reports.pages.table3_page import verdicts_table
-from headsweep.reports.wandb.export import finished_runs
-from headsweep.reports.wandb.save import ViewsError, connect, reachable, save, server, synced_tags
+from headsweep.reports.site import questions as Q
+from headsweep.reports.sweep.cells import ReportError, group_cells, load_runs, varied_keys
 from headsweep.sizes import comparison_config
 from headsweep.store import publish_dir
 
