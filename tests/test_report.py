@@ -772,3 +772,17 @@ def test_every_sweeps_pages_skip_a_sweep_stopped_in_phase_1_but_a_named_one_stop
     assert sweep_pages(["a", "grid_only", "b"], write, every=True) == [Path("a.md"), Path("b.md")]
     with pytest.raises(R.PhaseOneOnly):
         sweep_pages(["a", "grid_only"], write, every=False)
+
+
+def test_title_names_the_row_most_cells_carry_not_the_shared_bases():
+    # row D's sweep shows its base through row B's run (one experiment, stored once): the title must say row D
+    from types import SimpleNamespace
+
+    from headsweep.reports.sweep.page import title
+
+    def cell(*tags):
+        return SimpleNamespace(runs=[SimpleNamespace(results={"config": {"tags": list(tags)}})])
+
+    cells = [cell("row-B", "base"), cell("row-D", "cell-drop0"), cell("row-D", "cell-drop0.2")]
+    assert title("table3_d_dropout_start_h200", cells, ["model.dropout"]).endswith("(Table 3, row D)")
+    assert "Table 3" not in title("other", [cell("base"), cell("x")], ["model.heads"])

@@ -71,9 +71,12 @@ from headsweep.store.pack import analysis_file
 
 
 def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
-    """The sweep, what it varies, and its Table 3 row (from the jobs' row tag) where it has one."""
-    tags = cells[0].runs[0].results["config"].get("tags") or []
-    row = next((t[len("row-") :] for t in tags if t.startswith("row-")), None)
+    """The sweep, what it varies, and its Table 3 row (the row tag most of its cells' runs carry) where it has one.
+    Not the first cell's alone: a base shared with another row's sweep carries that row's tag."""
+    rows = [
+        t[len("row-") :] for c in cells for t in (c.runs[0].results["config"].get("tags") or []) if t.startswith("row-")
+    ]
+    row = max(sorted(set(rows)), key=rows.count) if rows else None
     varied = ", ".join(map(reader_name, keys)) if len(cells) > 1 else "one cell"
     return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
 
