@@ -403,8 +403,9 @@ VERDICT = r"(agrees|disagrees|inconclusive|not comparable)"
 def answer_says(text: str, rec: dict, protocol: str) -> dict:
     """{(row or None, cell): verdict} that a rendered answer line says for `protocol` (table3_record.answer_line's
     words: 'agrees 1 (d_k 16); disagrees 1 (d_k 8)'), one row's line at a time."""
-    titles = [p["title"][0].upper() + p["title"][1:] for p in rec["protocols"].values()]
-    title = rec["protocols"][protocol]["title"]
+    name = lambda p: p.get("brief") or p["title"]  # noqa: E731  (the answers name a protocol by its brief)
+    titles = [name(p)[0].upper() + name(p)[1:] for p in rec["protocols"].values()]
+    title = name(rec["protocols"][protocol])
     start = text.index(title[0].upper() + title[1:] + ": ")
     part = text[start:]
     ends = [part.find(t, 1) for t in titles if part.find(t, 1) > 0]

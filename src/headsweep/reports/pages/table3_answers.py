@@ -37,5 +37,6 @@ def answer_line(record: dict, rows: str) -> str:
             text = "; ".join(f"{r}: {counts_text([c for c in mine if c['row'] == r], names=False)}" for r in ROWS)
         else:
             text = counts_text([c for c in mine if c["row"] == rows])
-        parts.append(f"{p['title'][0].upper()}{p['title'][1:]}: {text}")
+        name = p.get("brief") or p["title"]
+        parts.append(f"{name[0].upper()}{name[1:]}: {text}")
     return "Verdicts (reports/table3.json). " + ". ".join(parts) + "."

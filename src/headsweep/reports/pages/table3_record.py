@@ -200,7 +200,7 @@ def record(by_protocol: dict, paper: list[dict]) -> dict:
             "stuck_share": V.STUCK_SHARE,
             "ppl_ratio": V.PPL_RATIO,
         },
-        "protocols": {p: {k: PROTOCOLS[p][k] for k in ("title", "words", "suffix")} for p in by_protocol},
+        "protocols": {p: {k: PROTOCOLS[p][k] for k in ("title", "brief", "words", "suffix")} for p in by_protocol},
         "setting_columns": list(SETTING_COLUMNS),
         "reference_settings": ref,
         "paper_base": {k: paper_base(paper).get(k) for k in ("dev_ppl", "dev_bleu", "params_M")},

@@ -29,6 +29,7 @@ COMMON = {"model.init": "fan_in", "module.decay_by": "steps", "trainer.max_steps
 PROTOCOLS = {
     EARLIER: {
         "title": "earlier protocol (unit gain)",
+        "brief": "unit gain",  # in the answers' verdict lines, which the index's three screens must hold
         "suffix": "",
         "gain": 1.0,
         "grid": True,  # a peak rate chosen per cell from a grid, recorded in each run's lr_select
@@ -38,6 +39,7 @@ PROTOCOLS = {
     },
     START: {
         "title": f"new start (gain {GAIN_WORDS.split(' = ')[0]})",
+        "brief": f"gain {GAIN_WORDS.split(' = ')[0]}",
         "suffix": "_start",
         "gain": START_GAIN,
         "grid": False,  # the base chose its start, not its rate: one rate may serve every cell

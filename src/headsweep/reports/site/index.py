@@ -119,8 +119,9 @@ def prune_pages(out_dir: Path, questions: list[dict] | None = None) -> list[tupl
 VIEWS = (
     ("explain.md", "heads or head width? BLEU against d_k across sweeps", "make explain"),
     ("lengths.md", "narrow heads against sentence length", "make lengths"),
-    ("*-budget.md", "the gaps to the base at 1x and 2x the steps", "make budget"),
-    ("budgets.md", "each cell against the base at 1x, 2x and 4x the steps, one trunk per cell", "make budgets-report"),
+    ("*-budget.md", "gaps at 1x and 2x the steps", "make budget"),
+    ("budgets.md", "1x, 2x, 4x from one trunk per cell", "make budgets-report"),
+    ("table3_h[0-9]*.md", "one card's rows, its own base", "make table3-report SUFFIX=_<card>"),
 )
 
 
