@@ -132,7 +132,7 @@ def test_numbers_match_hand_computed_values(sweep_dir):
     assert h4["delta"] == pytest.approx(28.5 - 31.0) and h2["delta"] == pytest.approx(27.0 - 31.0)
     assert h2["n"] == 1 and h2["test_bleu_sd"] is None  # one seed: no sd rather than 0
     assert h4["val_bleu"] == pytest.approx(27.5) and h4["test_chrf"] == pytest.approx(78.5)
-    assert base["delta"] is None and base["p"] is None
+    assert base["delta"] is None and base["p_bootstrap"] is None and base["interval"] is None
 
 
 def test_p_value_is_sacrebleus_paired_bootstrap_over_pooled_seeds(sweep_dir):
@@ -144,13 +144,13 @@ def test_p_value_is_sacrebleus_paired_bootstrap_over_pooled_seeds(sweep_dir):
     _, scores = PairedTest(
         [("base", base), ("h4", h4)], {"BLEU": BLEU()}, [refs + refs], test_type="bs", n_samples=200
     )()
-    assert rows["h4-dk64-dv64"]["p"] == scores["BLEU"][1].p_value
+    assert rows["h4-dk64-dv64"]["p_bootstrap"] == scores["BLEU"][1].p_value
     # h2 has seed 1 only: compared with the base's seed 1
     _, scores = PairedTest(
         [("base", CELLS[8]["hyps"]), ("h2", CELLS[2]["hyps"])], {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=200
     )()
-    assert rows["h2-dk128-dv128"]["p"] == scores["BLEU"][1].p_value
-    assert 0 < rows["h2-dk128-dv128"]["p"] <= 1
+    assert rows["h2-dk128-dv128"]["p_bootstrap"] == scores["BLEU"][1].p_value
+    assert 0 < rows["h2-dk128-dv128"]["p_bootstrap"] <= 1
 
 
 def test_paper_rows_match_by_settings_relative_to_the_base(sweep_dir):
@@ -193,14 +193,14 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     md = paths[0].read_text()
     # attention FLOPs differ (the softmax's h x context term, 3 x 3 x 6 x 32 from h = 2 to h = 8): a column
     assert (
-        "| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | p Holm | chrF test | "
+        "| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | 95% CI | p Holm | chrF test | "
         "BLEU val | paper row | paper BLEU | paper Δ BLEU |"
     ) in md
     assert (
-        "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — "
+        "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — | — "
         "| 81.0 ± 1.4 | 30.00 ± 1.41 | base | 25.8 | — |" in md
     )
-    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 700* | 27.00 | -4.00 |" in md
+    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 700* | 27.00 | -4.00 | — | — |" in md  # one seed: no interval
     assert "stopped before trainer.max_steps" in md and "Every cell has 7.58 M parameters: no plot" in md
     assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
     assert "  - `h16-dk16-dv16-s1`: no results.json" in md and "  - `h32-dk8-dv8-s1`: DataError: bad" in md
@@ -281,22 +281,22 @@ def test_holm_adjustment_by_hand():
     assert holm([0.5, 0.9]) == [1.0, 1.0]
 
 
-def test_holm_and_seed_test_in_the_table(sweep_dir):
+def test_welch_over_seeds_and_holm_on_its_p_in_the_table(sweep_dir):
+    """The significance a sweep page shows is Table 3's rule (issue 69): Welch over seeds, Holm on its p."""
     from scipy.stats import ttest_ind
 
     cells, rows, _ = rows_by_label(sweep_dir)
     h4, h2 = rows["h4-dk64-dv64"], rows["h2-dk128-dv128"]
-    m = 2  # two cells compared with the base
-    small, large = sorted([h4["p"], h2["p"]])
-    expected_small = min(1.0, m * small)
-    assert min(h4["p_holm"], h2["p_holm"]) == pytest.approx(expected_small)
-    assert max(h4["p_holm"], h2["p_holm"]) == pytest.approx(max(expected_small, large))
-    assert h4["p_seeds"] == pytest.approx(ttest_ind([29.0, 28.0], [30.0, 32.0], equal_var=False).pvalue)
-    assert h2["p_seeds"] is None  # one seed: no spread to test against
+    welch = ttest_ind([29.0, 28.0], [30.0, 32.0], equal_var=False)
+    ci = welch.confidence_interval(0.95)
+    assert h4["p_welch"] == pytest.approx(welch.pvalue) and h4["interval"] == pytest.approx([ci.low, ci.high])
+    assert h4["p_holm"] == pytest.approx(welch.pvalue)  # the one Welch p of the page: Holm leaves it
+    assert h2["p_welch"] is None and h2["p_holm"] is None and h2["interval"] is None  # one seed: no spread
+    assert h4["p_holm"] != pytest.approx(h4["p_bootstrap"])  # not the bootstrap's
     words = N.verdicts(cells)
-    assert len(words) == 2 and all("Holm" in w for w in words)
-    assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w for w in words)
-    assert any(w.startswith("h2-dk128-dv128: ") and "one seed per side" in w for w in words)
+    assert len(words) == 2 and all(w.split(": ")[1] == "inconclusive" for w in words)
+    assert any(w.startswith("h4-dk64-dv64: ") and "Welch p" in w and "Holm p" in w for w in words)
+    assert any(w.startswith("h2-dk128-dv128: ") and "1 seed against 2" in w and "no interval" in w for w in words)
 
 
 def write_curve(run: Path, points: dict[int, tuple[float, float]]) -> None:

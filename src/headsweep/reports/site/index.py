@@ -51,8 +51,13 @@ def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out
                         "test_bleu",
                         "test_bleu_sd",
                         "delta",
-                        "p_holm",
-                        "p_bound",
+                        "interval",  # Δ's 95% Welch interval over seeds
+                        "p_welch",
+                        "p_holm",  # Holm across the page's cells on the Welch p-values (Table 3's rule)
+                        "verdict",  # better, worse or inconclusive by that rule; None for the base
+                        "n_base",
+                        "p_bootstrap",  # sacreBLEU's paired bootstrap: test-set noise, no verdict
+                        "p_bootstrap_bound",
                         "test_chrf",
                         "val_bleu",
                         "n",

@@ -9,12 +9,13 @@ Reads nothing but the runs' results.json files under results/<sweep>/ and the fi
 (hypotheses, metrics CSV; the test references from each run's data config), so it works offline and on
 copied runs, and writes nothing there. A run that cannot be compared (unfinished, half-written, another
 sweep's, files missing) is named with why, on stderr and in the report, and left out of every number.
-One row per grid cell, seeds pooled: BLEU/chrF as mean ± sd over seeds, Δ test BLEU against the base cell
-(tagged `base` by `make sweep`) with p-values from sacreBLEU's paired bootstrap (Holm-corrected), and the
-paper's numbers for the matching Table 3 row; the rest of each cell in a collapsible block. Runs stuck on
-an early plateau are flagged, kept in every number and shown beside them (report_stuck: the threshold is
-chosen from every sweep's runs under --root, or given with --stuck-threshold); the report says whether the
-budget was long enough (report_convergence). With WANDB_MODE=online the table also goes to W&B.
+One row per grid cell, seeds pooled: BLEU/chrF as mean ± sd over seeds, Δ test BLEU against the base cell (tagged
+`base` by `make sweep`) with its 95% Welch interval over seeds and Holm's p across the cells (Table 3's verdict
+rule: reports.sweep.significance; sacreBLEU's paired bootstrap stays in each cell's details as test-set noise, not a
+verdict), and the paper's numbers for the matching Table 3 row; the rest of each cell in a collapsible block. Runs
+stuck on an early plateau are flagged, kept in every number and shown beside them (report_stuck: the threshold is
+chosen from every sweep's runs under --root, or given with --stuck-threshold); the report says whether the budget
+was long enough (report_convergence). With WANDB_MODE=online the table also goes to W&B.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link, with_footer
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reports.pages.compare import report_section
+from headsweep.reports.pages.verdicts import ALPHA
 from headsweep.reports.site import questions as Q
 from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.site.index import index_record
@@ -46,6 +48,7 @@ from headsweep.reports.sweep.summary import (
     FLOPS,
     PAPER,
     POOLING,
+    SEEDS_RULE,
     early_pool,
     early_references,
     pooled_threshold,
@@ -103,8 +106,9 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
         f"Test split `{first['data']['test_split']}` ({first['data']['src_lang']}→{first['data']['tgt_lang']}), "
         f"test BLEU decoded with beam {first['module']['test_beam_size']}, val BLEU greedy; "
         + ("one seed per cell (no sd). " if seeds == [1] else "mean ± sd over seeds. ")
-        + "Δ BLEU test: a cell's mean minus the base's; p Holm: paired bootstrap against the base, Holm-corrected "
-        "(see Method).",
+        + "Δ BLEU test: a cell's mean minus the base's; 95% CI: its Welch interval over seeds (the seed is the unit "
+        "of replication); p Holm: Welch's p, Holm-corrected across the page's cells; better or worse only where p "
+        "Holm < 0.05 (Table 3's rule; see Method).",
     ]
     scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})
     if scaled:
@@ -128,7 +132,7 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
             f"No cell but the base has a row in the paper's Table 3 ({other}: not among its settings), "
             "so the table has no paper columns; the base's row is in its details."
         )
-    lines += [f"{c.label}: no p-value: {c.row['p_note']}." for c in cells if c.row["p_note"]]
+    lines += [f"{c.label}: no paired bootstrap: {note}." for c in cells if (note := c.row["p_bootstrap_note"])]
     lines += [w for c in cells for w in missing_words(c)]
     if "stuck" in info:
         lines.append(stuck_words.note(cells, info["stuck"]["early"], info["stuck"]["threshold"]))
@@ -159,6 +163,7 @@ def sweep_markdown(
     cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
     findings = verdicts(cells)
     method = [
+        SEEDS_RULE.format(alpha=ALPHA),
         POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),
         PAPER,
         FLOPS.format(context=cells[0].row["flops_context"]),

@@ -1,6 +1,13 @@
-"""Is a difference real? sacreBLEU's paired bootstrap of a cell against the base on the test sentences
-(seeds pooled), read from the runs' hypotheses and references. Holm's correction, Welch's t-test over
-seeds and Kendall's tau are in headsweep.reporting.stats (the analysis comparison uses them too)."""
+"""Is a difference real? A sweep page answers with Table 3's rule (headsweep.reports.pages.verdicts), over seeds,
+the unit of replication: Δ test BLEU with its 95 % Welch interval and Welch's p (verdicts.welch), Holm's
+adjustment across the page's cells, and a direction (better, worse) claimed only where Holm p < ALPHA; otherwise,
+and with fewer than 2 seeds on a side, inconclusive. So a sweep page and Table 3's cannot disagree on one cell.
+
+sacreBLEU's paired bootstrap of a cell against the base on the test sentences (seeds pooled), read from the
+runs' hypotheses and references, stays on the page as test-set noise: it resamples sentences, not seeds, so it
+ignores the seed-to-seed spread and calls gaps the seeds do not support (row B's d_k 8: bootstrap p <= 0.001,
+Welch p 0.217); no verdict rests on it. Holm's correction, Welch's t-test and Kendall's tau are in
+headsweep.reporting.stats (the analysis comparison uses them too)."""
 
 from __future__ import annotations
 
@@ -10,9 +17,11 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from headsweep.data import DataError, read_lines
+from headsweep.reporting.markdown import p_words
 
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
+from headsweep.reports.pages.verdicts import ALPHA, LEVEL, interval_text, welch
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, hypotheses_path
 from headsweep.store.references import configured_data_dir, run_data_dir  # noqa: F401 (read here by lengths, tests)
 from headsweep.store.references import references as stored_references
@@ -62,3 +71,60 @@ def paired_bootstrap(base: Cell, cell: Cell, n_samples: int = 1000) -> dict:
         "pooled_delta": cell_score.score - base_score.score,
         "signature": str(signatures["BLEU"]),
     }
+
+
+# ----------------------------------------------------------------------------- over seeds: the verdict
+
+BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive"
+
+
+def seed_comparison(ref: Cell, cell: Cell, metric: str = "test/bleu") -> dict:
+    """The cell against its reference over seeds (verdicts.welch, Table 3's Welch): the 95 % interval of
+    mean(cell) - mean(ref) and Welch's p; both None below 2 seeds on a side, or where neither side varies."""
+    mine, theirs = cell.values(metric), ref.values(metric)
+    interval, p = welch(mine, theirs)
+    return {"interval": None if interval is None else list(interval), "p_welch": p, "n_base": len(theirs)}
+
+
+def holm_verdicts(rows: list[dict]) -> None:
+    """Holm across the page's cells on their Welch p (every cell compared once, as verdicts.judge does for a
+    Table 3 page), then each compared cell's word: better or worse only where Holm p < ALPHA."""
+    for row, adjusted in zip(rows, holm([r.get("p_welch") for r in rows])):
+        row["p_holm"] = adjusted
+        if row.get("delta") is None:
+            row["verdict"] = None
+        elif adjusted is not None and adjusted < ALPHA:
+            row["verdict"] = BETTER if row["delta"] > 0 else WORSE
+        else:
+            row["verdict"] = INCONCLUSIVE
+
+
+def no_interval(row: dict) -> str:
+    """Why a compared cell has no interval, in words."""
+    n, n_base = row["n"], row["n_base"]
+    if n == n_base == 1:
+        return "one seed per side: no interval"
+    if n < 2 or n_base < 2:
+        return f"{n} seed{'s' * (n != 1)} against {n_base}: fewer than 2 on a side, so no interval"
+    return "no spread over seeds on either side: no interval"
+
+
+def seed_words(row: dict) -> str:
+    """ "95% CI [lo, hi], Welch p = .., Holm p = .." of a compared cell, or why it has no interval."""
+    if row["interval"] is None:
+        return no_interval(row)
+    return (
+        f"{LEVEL:.0%} CI {interval_text(row['interval'])}, Welch {p_words(row['p_welch'])}, "
+        f"Holm {p_words(row['p_holm'])}"
+    )
+
+
+def verdict_line(name: str, against: str, row: dict) -> str:
+    """One compared cell's verdict in words (holm_verdicts' word): 'worse than the base by 1.20 BLEU (95% CI
+    [...], Welch p, Holm p)', or 'inconclusive: -0.40 BLEU against the base (...)'."""
+    d = row["delta"]
+    if row["verdict"] in (BETTER, WORSE):
+        return f"{name}: {row['verdict']} than {against} by {abs(d):.2f} BLEU ({seed_words(row)})."
+    if row["interval"] is None:
+        return f"{name}: inconclusive: {d:+.2f} BLEU against {against}; {seed_words(row)}."
+    return f"{name}: inconclusive: {d:+.2f} BLEU against {against} ({seed_words(row)})."

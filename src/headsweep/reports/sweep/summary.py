@@ -1,6 +1,7 @@
 """The numbers of a sweep's page, apart from its writing (page.py): each cell's numbers and its paper row, the
-reference each cell is compared with, the early-loss pool the stuck threshold is chosen from, the summary (Δ BLEU,
-p-values, Holm), the ranking's stability across seeds and the verdict lines."""
+reference each cell is compared with, the early-loss pool the stuck threshold is chosen from, the summary (Δ BLEU
+with its Welch interval over seeds, Holm across the cells, the paired bootstrap as test-set noise), the ranking's
+stability across seeds and the verdict lines (significance: Table 3's rule)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ import statistics
 from pathlib import Path
 
 from headsweep.identity import COLUMNS, follows_width
-from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test
+from headsweep.reporting.stats import mean_sd, ranking_agreement
 from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.sweep.lr import split_grid_runs
-from headsweep.reports.sweep.significance import paired_bootstrap
-from headsweep.reports.sweep.table import (
-    display,
-    p_words,
-)
+from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
+from headsweep.reports.sweep.table import display
 from headsweep.sizes import attention_flops
 from headsweep.store import RUNS
 from headsweep.sweeps.paper import table3
@@ -31,14 +29,24 @@ METRICS = (
     ("test_chrf", "test/chrf"),
     ("test_ppl", "test/ppl"),
 )
+SEEDS_RULE = (
+    "Δ BLEU test, 95% CI, p Holm and the verdicts (What the numbers say): Table 3's rule "
+    "(headsweep.reports.pages.verdicts), over seeds, the unit of replication. Δ: the cell's mean test BLEU minus "
+    "its reference's; 95% CI: Welch's interval of that difference over the seeds' test BLEU, with Welch's p "
+    "(scipy.stats.ttest_ind, equal_var=False); p Holm: the Welch p-values adjusted by Holm's step-down method "
+    "across the page's cells, each compared with one base (family-wise error {alpha:g}). A cell reads better or "
+    "worse only where p Holm < {alpha:g}; inconclusive otherwise, and with fewer than 2 seeds on a side (no "
+    "interval). At 3 seeds Welch's test has little power: inconclusive means not shown, not no difference."
+)
 POOLING = (
-    "p: sacreBLEU's paired bootstrap ({n} resamples, `--samples`) of the cell against the base on the test "
-    "split, seeds pooled: each side's hypotheses of the seeds both cells have, concatenated in seed order, "
-    "against the references repeated once per seed; so a resample draws (sentence, seed) pairs and compares "
-    "the two cells on the same ones. p <= {floor:.3f}: no resample favoured the base, the smallest p "
-    "{n} resamples can give (1 / ({n} + 1)), so a bound, not a value. p Holm: the same p-values adjusted "
-    "by Holm's step-down method for comparing every cell with one base (family-wise error 0.05). p seeds: "
-    "Welch's t-test of the cell's per-seed test BLEU against the base's."
+    "Paired bootstrap (each cell's details; test-set noise within a seed, not a verdict): sacreBLEU's paired "
+    "bootstrap ({n} resamples, `--samples`) of the cell against its reference on the test split, seeds pooled: "
+    "each side's hypotheses of the seeds both cells have, concatenated in seed order, against the references "
+    "repeated once per seed; so a resample draws (sentence, seed) pairs and compares the two cells on the same "
+    "ones. p <= {floor:.3f}: no resample favoured the base, the smallest p {n} resamples can give "
+    "(1 / ({n} + 1)), so a bound, not a value. It resamples sentences, never seeds: it says how much the choice "
+    "of test sentences alone moves the gap, ignores the seed-to-seed spread, and so calls gaps significant that "
+    "the seeds do not support. No verdict rests on it."
 )
 PAPER = (
     "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
@@ -255,24 +263,28 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
         row = c.row
         ref = reference(c, cells, base, other_keys)
         row.update(
-            delta=None, p=None, p_note=None, p_seeds=None, against=None if ref is None or ref is base else ref.label
+            delta=None,
+            interval=None,
+            p_welch=None,
+            n_base=None,
+            p_bootstrap=None,
+            p_bootstrap_note=None,
+            against=None if ref is None or ref is base else ref.label,
         )
         if ref is not None:
             row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - ref.row["test_bleu"]
-            test = paired_bootstrap(ref, c, n_samples)
-            row["p"], row["p_note"] = test["p"], test.get("note")
-            row["p_seeds"] = seed_test(ref.values("test/bleu"), c.values("test/bleu"))
+            row.update(seed_comparison(ref, c))  # the verdict's numbers: over seeds
+            test = paired_bootstrap(ref, c, n_samples)  # test-set noise within a seed: no verdict
+            row["p_bootstrap"], row["p_bootstrap_note"] = test["p"], test.get("note")
             signature = test.get("signature") or signature
-        # at the floor, every smaller p is too: its Holm adjustment is a bound as well
-        row["p_bound"] = row["p"] is not None and row["p"] <= floor * (1 + 1e-9)
+        row["p_bootstrap_bound"] = row["p_bootstrap"] is not None and row["p_bootstrap"] <= floor * (1 + 1e-9)
         off_table = base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
         # sizes relative to what the cell is compared with: h = 32 at d_model 512 is row A's h = 32 (d_k 16)
         scale = settings((ref if ref is not None and ref is not base else base or c).runs[0].flat) if base else None
         paper = None if off_table else paper_row(settings(c.runs[0].flat), scale, rows)
         row["paper"] = paper
         row["paper_delta"] = paper["dev_bleu"] - paper_base["dev_bleu"] if paper and paper is not paper_base else None
-    for c, adjusted in zip(cells, holm([c.row["p"] for c in cells])):
-        c.row["p_holm"] = adjusted
+    holm_verdicts([c.row for c in cells])  # Holm over the Welch p-values of the page's cells
     return {
         "base": base,
         "signature": signature,
@@ -302,33 +314,16 @@ def ranking_stability(cells: list[Cell]) -> dict | None:
     }
 
 
-def verdicts(cells: list[Cell], alpha: float = 0.05) -> list[str]:
-    """Each cell against the base in words: which differences survive Holm's correction, and whether the
-    seed spread alone would also call them (Welch's t-test over the seeds' test BLEU)."""
+def verdicts(cells: list[Cell]) -> list[str]:
+    """Each compared cell against its reference in words, by Table 3's rule (significance.holm_verdicts): better
+    or worse with the Welch interval, Welch p and Holm p where Holm p < 0.05, else inconclusive."""
     lines = []
     for c in cells:
         r = c.row
-        if c.base or r["delta"] is None or r.get("p_holm") is None:
+        if c.base or r["delta"] is None:
             continue
-        direction = "better" if r["delta"] > 0 else "worse"
         ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
-        seeds = (
-            "; one seed per side, so nothing yet says whether training noise alone makes a difference this large"
-            if r["p_seeds"] is None
-            else f"; over seeds (n = {r['n']}) the difference is {'also' if r['p_seeds'] < alpha else 'not'} "
-            f"significant (Welch {p_words(r['p_seeds'])})"
-        )
-        p = p_words(r["p_holm"], r["p_bound"])
-        if r["p_holm"] < alpha:
-            lines.append(
-                f"{display(c)}: {direction} than {ref} by {abs(r['delta']):.2f} BLEU, significant after "
-                f"Holm's correction ({p}){seeds}."
-            )
-        else:
-            lines.append(
-                f"{display(c)}: {r['delta']:+.2f} BLEU against {ref}, not significant after Holm's "
-                f"correction ({p}){seeds}."
-            )
+        lines.append(verdict_line(display(c), ref, r))
     return lines
 
 

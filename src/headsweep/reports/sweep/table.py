@@ -1,6 +1,7 @@
 """The report's table and words: columns named as a reader names them, a table narrow enough for a
-1,280 px window (the rest of each cell in a collapsible block below it), p-values at the bootstrap's
-floor printed as the bounds they are, and one name per cell everywhere."""
+1,280 px window (the rest of each cell in a collapsible block below it), Δ with its Welch interval over seeds
+and Holm's p (Table 3's rule: reports.sweep.significance), the paired bootstrap's p in the details as test-set
+noise (at its floor printed as the bound it is), and one name per cell everywhere."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from headsweep.config import DECODE_SPEED  # bench.decode_speed writes it into r
 from headsweep.identity import COLUMNS
 from headsweep.machine import label as machine_label
 from headsweep.reporting.markdown import details, fmt_p, p_words  # noqa: F401 (re-exported)
+from headsweep.reports.pages.verdicts import interval_text
 from headsweep.reports.sweep.cells import Cell, learning_curve, val_loss_rises
+from headsweep.reports.sweep.significance import seed_words
 
 SIZE_KEYS = ("model.heads", "model.d_k", "model.d_v")  # every table shows them, varied or not
 
@@ -81,7 +84,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         + ["BLEU test"]
         + ["stuck"] * stuck
         + ["against"] * scaled
-        + ["Δ BLEU test", "p Holm", "chrF test", "BLEU val"]
+        + ["Δ BLEU test", "95% CI", "p Holm", "chrF test", "BLEU val"]
         + ["paper row", "paper BLEU", "paper Δ BLEU"] * paper
     )
     body = []
@@ -96,7 +99,8 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row += [r.get("against") or ("—" if c.base else "base")] * scaled
         row += [
             "—" if r["delta"] is None else f"{r['delta']:+.2f}",
-            fmt_p(r.get("p_holm"), r["p_bound"]),
+            interval_text(r.get("interval")),  # over seeds (Welch); p Holm: Holm over the Welch p-values
+            fmt_p(r.get("p_holm")),
             fmt(r["test_chrf"], 1, r["test_chrf_sd"]),
             fmt(r["val_bleu"], 2, r["val_bleu_sd"]),
         ]
@@ -127,11 +131,17 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         f"{r['attn_mflops']:.3f} MFLOP per token at {r['flops_context']} tokens of context",
     ]
     if not c.base and r["delta"] is not None:
+        against = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
         lines.append(
-            f"- against {r['against'] + ' (the base at its size)' if r.get('against') else 'the base'}: "
-            f"Δ test BLEU {r['delta']:+.2f}; paired bootstrap ({n_samples} resamples) "
-            f"p {fmt_p(r['p'], r['p_bound'])}, Holm {fmt_p(r.get('p_holm'), r['p_bound'])}; Welch over "
-            f"seeds p {fmt_p(r['p_seeds'])}" + (f"; no p-value: {r['p_note']}" if r["p_note"] else "")
+            f"- against {against}: Δ test BLEU {r['delta']:+.2f}, "
+            + (f"{r['n']} seeds against {r['n_base']}, " if r["interval"] else "")
+            + f"{seed_words(r)}; verdict: {r['verdict']}"
+        )
+        lines.append(
+            f"- test-set noise within a seed, not a verdict: sacreBLEU's paired bootstrap over sentences "
+            f"({n_samples} resamples, seeds pooled) p {fmt_p(r['p_bootstrap'], r['p_bootstrap_bound'])}"
+            if r["p_bootstrap"] is not None
+            else f"- no paired bootstrap: {r['p_bootstrap_note']}"
         )
     if paper:
         lines.append(
