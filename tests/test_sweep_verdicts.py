@@ -12,6 +12,7 @@ from scipy import stats
 from headsweep.reports.sweep import page as R
 from headsweep.reports.sweep import significance as S
 from headsweep.reports.sweep import summary as N
+from headsweep.store.record import Record, read_record, write_record
 from test_report import CELLS, make_run
 from test_report_site import references
 
@@ -130,3 +131,46 @@ def test_the_page_table_and_json_carry_the_seed_rule_and_label_the_bootstrap_as_
         rows["h4"]["p_holm"]
     )
     assert cell["verdict"] == "inconclusive" and cell["p_bootstrap"] == pytest.approx(1 / 101)
+
+
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None}
+EPYC = {"cpu": "AMD EPYC 9R14", "cpu_class": "AVX512-BF16 (no AMX)", "gpu": None}
+
+
+def on_machine(run, machine: dict) -> None:
+    """Rewrite a hand-built run's record as trained on `machine` (results.json's `machine`)."""
+    d = read_record(run).as_dict()
+    d["machine"] = machine
+    write_record(run, Record.from_dict(d, version=d.get("schema_version")))
+
+
+def test_a_sweep_page_never_compares_across_machine_classes(tmp_path):
+    """Base on the Xeon class; h2 on the EPYC class only: no Δ, no verdict, one line naming the base to train.
+    h4 has two seeds on the Xeon and one on the EPYC: its Δ and interval use the two, the third is named."""
+    data = references(tmp_path)
+    sweep_dir = tmp_path / "results" / "table3_a"
+    plan = {8: (BASE, [XEON] * 3), 2: (TIGHT, [EPYC] * 3), 4: ([24.0, 25.0, 40.0], [XEON, XEON, EPYC])}
+    for h, (bleus, machines) in plan.items():
+        hyps = SWEEP[h][1]
+        for seed, (bleu, machine) in enumerate(zip(bleus, machines), start=1):
+            on_machine(make_run(sweep_dir, data, h, seed, bleu, hyps), machine)
+    runs, _ = R.load_runs(sweep_dir)
+    cells = R.group_cells(runs)
+    N.summarize(cells, n_samples=50)
+    rows = {c.label.split("-")[0]: c.row for c in cells}
+    words = {w.split(":")[0]: w for w in N.verdicts(cells)}
+
+    epyc = rows["h2"]
+    assert epyc["delta"] is None and epyc["verdict"] is None and epyc["p_holm"] is None
+    assert words["h2-dk128-dv128"] == (
+        "h2-dk128-dv128: no verdict: cell on AVX512-BF16 (no AMX), base on AVX512 + AMX (bf16 units): a comparison "
+        "never crosses a machine class; train the base on AVX512-BF16 (no AMX) (3 seeds at its rate) to compare them."
+    )
+    mixed = rows["h4"]
+    lo, hi, p = welch_by_hand([24.0, 25.0], BASE)
+    assert mixed["delta"] == pytest.approx(24.5 - 31.0) and mixed["interval"] == pytest.approx([lo, hi])
+    assert mixed["p_welch"] == pytest.approx(p) and mixed["n_compared"] == 2 and mixed["n"] == 3
+    assert mixed["machine_class"] == "AVX512 + AMX (bf16 units)"
+    assert words["h4-dk64-dv64"].endswith("Left out (another machine class): seed 3 (AVX512-BF16 (no AMX)).")
+    # all three seeds pooled would read -1.33 BLEU: the page's Δ is not that
+    assert mixed["test_bleu"] == pytest.approx(statistics.fmean([24.0, 25.0, 40.0]))

@@ -341,6 +341,54 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     assert "Shown from the card" in " ".join(a["notes"])
 
 
+def test_a_row_of_two_sweeps_takes_the_one_a_card_finished_and_compares_each_cell_within_its_class(tmp_path, data):
+    """Row D: the CPU (AMX) ran the base, P_drop 0.2 and both smoothing cells; the H200 ran the dropout sweep whole
+    (its own base, P_drop 0 and 0.2). The row takes the card's dropout sweep and the CPU's smoothing sweep; the base
+    cell holds both machines' base runs, and each cell's Δ is against the base runs of its own class."""
+    root = tmp_path / "results"
+    h200 = {"cpu": "x", "cpu_class": "AVX2, no bf16 units", "gpu": "NVIDIA H200", "torch": "2"}
+    gpu = ["trainer.accelerator=gpu"]
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        for sweep in ("table3_d_dropout", "table3_d_smoothing"):
+            fake_run(root, data, sweep, "h8-dk32-dv32-base", [], seed, 30 + noise, base=True, machine=AMX)
+        fake_run(
+            root, data, "table3_d_dropout", "h8-dk32-dv32-drop0.2", ["model.dropout=0.2"], seed, 29 + noise, machine=AMX
+        )
+        for eps, bleu in ((0.0, 28.0), (0.2, 31.0)):
+            over = [f"module.label_smoothing={eps}"]
+            fake_run(root, data, "table3_d_smoothing", f"h8-dk32-dv32-ls{eps:g}", over, seed, bleu + noise, machine=AMX)
+        card = "table3_d_dropout_h200"
+        fake_run(root, data, card, "h8-dk32-dv32-base", gpu, seed, 34 + noise, base=True, machine=h200)
+        for p_drop, bleu in ((0.0, 33.0), (0.2, 35.0)):
+            over = [f"model.dropout={p_drop}", *gpu]
+            fake_run(root, data, card, f"h8-dk32-dv32-drop{p_drop:g}", over, seed, bleu + noise, machine=h200)
+    rec = T.build(root, T.read_paper(T.PAPER_CSV))
+    d = rec["rows"]["D"][R.EARLIER]
+    assert d["sweeps"] == ["table3_d_dropout_h200", "table3_d_smoothing"] and d["state"] == "complete"
+    assert d["instead_of"][0] == ["table3_d_dropout", "table3_d_smoothing"]
+    assert d["base"]["classes"] == {AMX["cpu_class"]: [1, 2, 3], "NVIDIA H200": [1, 2, 3]}
+    assert "Two machines: table3_d_dropout_h200 from the card" in " ".join(d["notes"])
+    cells = by_cell(rec)
+    assert cells[("D", "P_drop 0")]["delta"] == pytest.approx(-1.0)  # against the card's base (34), not 30
+    assert cells[("D", "P_drop 0.2")]["delta"] == pytest.approx(+1.0)
+    assert cells[("D", "eps_ls 0")]["delta"] == pytest.approx(-2.0)  # against the CPU's base (30), not 34
+    assert cells[("D", "eps_ls 0.2")]["delta"] == pytest.approx(+1.0)
+    assert {cells[("D", k)]["base_class"] for k in ("P_drop 0", "eps_ls 0")} == {"NVIDIA H200", AMX["cpu_class"]}
+    # the base on each class, written once: the CPU's the reference, the card's +4.0 (34 against 30)
+    cal = rec["calibration"][R.EARLIER]
+    assert cal["reference"] == AMX["cpu_class"] and [k["class"] for k in cal["classes"]] == [
+        AMX["cpu_class"],
+        "NVIDIA H200",
+    ]
+    card = cal["classes"][1]
+    assert card["n"] == 3 and card["delta_bleu"] == pytest.approx(4.0) and card["p_bleu"] < 1e-4
+    lo, hi = card["interval_bleu"]
+    assert lo < 4.0 < hi and hi - 4.0 == pytest.approx(4.0 - lo, abs=1e-3)
+    assert rec["calibration"][R.START] is None  # no row ran under the new start
+    md = TP.markdown(rec, None)
+    assert "**The base on each machine class**" in md and "| NVIDIA H200 | 3 (1, 2, 3) | 34.00 | +4.00 [" in md
+
+
 def test_a_cell_chosen_at_its_grids_edge_is_named_unless_a_worse_run_past_the_edge_brackets_it(tmp_path, data):
     root = tmp_path / "results"
     cells = {

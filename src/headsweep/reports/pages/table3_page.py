@@ -152,6 +152,36 @@ def base_row(b: dict, paper: dict, label: str) -> list[str]:
             f(b.get("params_M"), "{:.1f}"), "", "", "", "", "", base_classes(b), "", b["rate"], ""]  # fmt: skip
 
 
+def calibration_lines(cal: dict | None) -> list[str]:
+    """The base on each machine class its rows trained on, and how far apart (table3_record.calibration)."""
+    if not cal:
+        return []
+
+    def delta(k: dict, metric: str, fmt: str) -> str:
+        if k["class"] == cal["reference"]:
+            return "reference"
+        return f"{k[f'delta_{metric}']:{fmt}} {interval_text(k[f'interval_{metric}'])}"
+
+    body = [
+        [
+            k["class"],
+            f"{k['n']} ({', '.join(map(str, k['seeds']))})",
+            f(k["bleu"]),
+            delta(k, "bleu", "+.2f"),
+            f(k["val_loss"], "{:.3f}"),
+            delta(k, "val_loss", "+.3f"),
+        ]  # fmt: skip
+        for k in cal["classes"]
+    ]
+    return [
+        "**The base on each machine class** (the base runs of every row above; Welch 95% interval over seeds "
+        "against the reference class): bf16 kernels differ between classes, which is why no Δ crosses them.",
+        "",
+        *markdown_table(["class", "seeds", "test BLEU", "Δ BLEU", "val loss", "Δ val loss"], body),
+        "",
+    ]
+
+
 def protocol_section(record: dict, protocol: str) -> list[str]:
     p = record["protocols"][protocol]
     ref = record["reference_settings"]
@@ -180,6 +210,7 @@ def protocol_section(record: dict, protocol: str) -> list[str]:
     md += [*markdown_table(["", *paper_cols], [[line[0], *pick(line, header, paper_cols)] for line in body]), ""]
     md += ["Ours against the row's base (one machine class):", ""]
     md += [*markdown_table(["", *ours_cols], [[n, *pick(line, header, ours_cols)] for n, line in zip(names, body)]), ""]
+    md += calibration_lines(record.get("calibration", {}).get(protocol))
     for row, r in rows.items():
         md += [
             f"### Row {row}, {p['title']}",

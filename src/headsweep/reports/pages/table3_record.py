@@ -207,7 +207,52 @@ def record(by_protocol: dict, paper: list[dict]) -> dict:
         "rows": rows,
         "cells": cells,
         "moved": moved(cells),
+        "calibration": {p: calibration(row_infos) for p, row_infos in by_protocol.items()},
     }
+
+
+def calibration(row_infos: dict) -> dict | None:
+    """The base cell on each machine class its rows' base runs trained on, written once: n seeds, mean test BLEU
+    and val loss per class, and each other class against the reference class (the CPU class with the most base
+    runs, else the class with most) with a Welch interval over seeds. bf16 kernels differ between classes, so
+    this is how far two classes' bases sit apart, the reason no comparison crosses them. None below 2 classes."""
+    runs, seen = [], set()
+    for info in row_infos.values():
+        for r in info["base"].runs if info.get("base") is not None else []:
+            if r.dir.resolve() not in seen:
+                seen.add(r.dir.resolve())
+                runs.append(r)
+    by: dict[str, list] = {}
+    for r in runs:
+        by.setdefault(V.class_of(r), []).append(r)
+    if len(by) < 2:
+        return None
+    gpu = lambda k: any((r.results.get("machine") or {}).get("gpu") for r in by[k])  # noqa: E731
+    ref = max(sorted(by), key=lambda k: (not gpu(k), len(by[k])))
+    metric = lambda rs, m: [r.results["metrics"][m] for r in rs if m in r.results["metrics"]]  # noqa: E731
+    classes = []
+    for k in sorted(by, key=lambda k: (k != ref, k)):
+        bleu, loss = metric(by[k], "test/bleu"), metric(by[k], "val/loss")
+        entry = {
+            "class": k,
+            "n": len(bleu),
+            "seeds": sorted(r.seed for r in by[k]),
+            "bleu": rounded(sum(bleu) / len(bleu)) if bleu else None,
+            "val_loss": rounded(sum(loss) / len(loss)) if loss else None,
+        }
+        if k != ref:
+            for name, mine, theirs in (
+                ("bleu", bleu, metric(by[ref], "test/bleu")),
+                ("val_loss", loss, metric(by[ref], "val/loss")),
+            ):
+                interval, p = V.welch(mine, theirs)
+                entry[f"delta_{name}"] = (
+                    rounded(sum(mine) / len(mine) - sum(theirs) / len(theirs)) if mine and theirs else None
+                )
+                entry[f"interval_{name}"] = None if interval is None else [rounded(x) for x in interval]
+                entry[f"p_{name}"] = significant(p)
+        classes.append(entry)
+    return {"reference": ref, "classes": classes}
 
 
 def moved(cells: list[dict]) -> list[dict]:

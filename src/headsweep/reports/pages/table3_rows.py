@@ -88,14 +88,18 @@ def row_runs(root: Path, names: list[str], protocol: str) -> dict:
 
 
 def merged_cells(runs_by_sweep: list[list]) -> list[Cell]:
-    """One row's cells: the first sweep's, then each later sweep's but its base (the same runs: row D's two
-    sweeps share it). The base first."""
+    """One row's cells: the first sweep's, then each later sweep's. Row D's two sweeps share the base: one cell,
+    each run once (a run two sweeps show is one run in the store); a sweep from a card adds the card's base runs
+    beside the CPU's, so that each cell finds a base of its own machine class (verdicts.compare). The base first."""
     cells: list[Cell] = []
     for runs in runs_by_sweep:
         if not runs:
             continue
         for c in group_cells(runs):
-            if c.base and any(x.base for x in cells):
+            base = next((x for x in cells if x.base), None)
+            if c.base and base is not None:
+                seen = {r.dir.resolve() for r in base.runs}
+                base.runs += [r for r in c.runs if r.dir.resolve() not in seen]
                 continue
             cells.append(c)
     return sorted(cells, key=lambda c: not c.base)
@@ -151,20 +155,46 @@ def on_card(info: dict) -> bool:
 
 def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
     """Every row of `protocol`: {row: info}. With a suffix every row is that card's; without one a row is the
-    CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too)."""
+    CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too). A row of
+    two sweeps (D) takes a sweep from a card that finished it with more cells than the CPU has, with the card's
+    base: each cell is still compared with a base of its own class (verdicts.compare)."""
     out = {}
     for row, names in ROWS.items():
         names = [n + PROTOCOLS[protocol]["suffix"] for n in names]
         info = row_info(root, row, [n + suffix for n in names], protocol, pool)
+        cpu = (info["sweeps"], info["status"] if not info["cells"] else "partial")
         if not suffix and not complete(info):
             for card in card_suffixes(root, names):
                 alt = row_info(root, row, [n + card for n in names], protocol, pool)
                 if on_card(alt):
-                    alt["instead_of"] = (info["sweeps"], info["status"] if not info["cells"] else "partial")
+                    alt["instead_of"] = cpu
                     info = alt
                     break
+        if not suffix and not info.get("instead_of") and len(names) > 1:
+            mixed = per_sweep(root, row, names, protocol, pool)
+            if mixed is not None and len(mixed["cells"]) > len(info["cells"]):
+                mixed["instead_of"] = cpu
+                info = mixed
         out[row] = info
     return out
+
+
+def per_sweep(root: Path, row: str, names: list[str], protocol: str, pool: dict) -> dict | None:
+    """The row with each sweep from the CPU, or from a card that finished that sweep with more cells than the CPU
+    has; None where no card does, or the row so taken is unfinished."""
+    chosen = []
+    for name in names:
+        pick, cpu = name, row_info(root, row, [name], protocol, pool)
+        for card in card_suffixes(root, [name]):
+            alt = row_info(root, row, [name + card], protocol, pool)
+            if on_card(alt) and (not complete(cpu) or len(alt["cells"]) > len(cpu["cells"])):
+                pick = name + card
+                break
+        chosen.append(pick)
+    if chosen == names:
+        return None
+    info = row_info(root, row, chosen, protocol, pool)
+    return info if complete(info) else None
 
 
 # ----------------------------------------------------------------------------- the row's words beside its verdicts
@@ -234,10 +264,18 @@ def notes(info: dict, names: dict) -> list[str]:
     lines = []
     if info.get("instead_of"):
         cpu, state = info["instead_of"]
-        lines.append(
-            f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
-            "trained on the card, and each Δ is against the card's own base."
-        )
+        if on_card(info):
+            lines.append(
+                f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
+                "trained on the card, and each Δ is against the card's own base."
+            )
+        else:
+            card = [n for n in info["sweeps"] if n not in cpu]
+            lines.append(
+                f"Two machines: {', '.join(card)} from the card (the CPU has fewer of its cells), the rest from the "
+                "CPU; the base cell holds both machines' base runs, and each cell's Δ is against the base runs of "
+                "its own class, never across."
+            )
     if not info["cells"]:
         lines += [grid_only_line(info["grid"])] if info["grid"] else []
     else:

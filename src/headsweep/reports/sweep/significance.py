@@ -21,7 +21,7 @@ from headsweep.reporting.markdown import p_words
 
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
-from headsweep.reports.pages.verdicts import ALPHA, LEVEL, interval_text, welch
+from headsweep.reports.pages.verdicts import ALPHA, LEVEL, CrossClass, compare, interval_text
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, hypotheses_path
 from headsweep.store.references import configured_data_dir, run_data_dir  # noqa: F401 (read here by lengths, tests)
 from headsweep.store.references import references as stored_references
@@ -79,11 +79,24 @@ BETTER, WORSE, INCONCLUSIVE = "better", "worse", "inconclusive"
 
 
 def seed_comparison(ref: Cell, cell: Cell, metric: str = "test/bleu") -> dict:
-    """The cell against its reference over seeds (verdicts.welch, Table 3's Welch): the 95 % interval of
-    mean(cell) - mean(ref) and Welch's p; both None below 2 seeds on a side, or where neither side varies."""
-    mine, theirs = cell.values(metric), ref.values(metric)
-    interval, p = welch(mine, theirs)
-    return {"interval": None if interval is None else list(interval), "p_welch": p, "n_base": len(theirs)}
+    """The cell against its reference over seeds on one machine class (verdicts.compare, Table 3's rule): Δ, the
+    95 % interval of mean(cell) - mean(ref) and Welch's p (both None below 2 seeds on a side, or where neither side
+    varies), the class, and the seeds of another class left out. A cell whose reference ran on none of its
+    classes gets no Δ, only `cross_class`: the one line saying which base to train."""
+    try:
+        comp = compare(cell.runs, ref.runs, metric)
+    except CrossClass as e:
+        return {"delta": None, "interval": None, "p_welch": None, "n_base": 0, "cross_class": str(e)}
+    return {
+        "delta": comp.delta,
+        "interval": None if comp.interval is None else list(comp.interval),
+        "p_welch": comp.p,
+        "n_base": comp.n_base,
+        "n_compared": comp.n,
+        "machine_class": comp.machine_class,
+        "class_left_out": comp.left_out,
+        "cross_class": None,
+    }
 
 
 def holm_verdicts(rows: list[dict]) -> None:
@@ -101,7 +114,7 @@ def holm_verdicts(rows: list[dict]) -> None:
 
 def no_interval(row: dict) -> str:
     """Why a compared cell has no interval, in words."""
-    n, n_base = row["n"], row["n_base"]
+    n, n_base = row.get("n_compared", row["n"]), row["n_base"]
     if n == n_base == 1:
         return "one seed per side: no interval"
     if n < 2 or n_base < 2:
@@ -121,10 +134,15 @@ def seed_words(row: dict) -> str:
 
 def verdict_line(name: str, against: str, row: dict) -> str:
     """One compared cell's verdict in words (holm_verdicts' word): 'worse than the base by 1.20 BLEU (95% CI
-    [...], Welch p, Holm p)', or 'inconclusive: -0.40 BLEU against the base (...)'."""
+    [...], Welch p, Holm p)', or 'inconclusive: -0.40 BLEU against the base (...)'; a cell with no base on its
+    machine class says so; seeds of another class, left out, are named."""
+    if row.get("cross_class"):
+        return f"{name}: no verdict: {row['cross_class']}."
     d = row["delta"]
+    others = row.get("class_left_out")
+    left = f" Left out (another machine class): {', '.join(others)}." if others else ""
     if row["verdict"] in (BETTER, WORSE):
-        return f"{name}: {row['verdict']} than {against} by {abs(d):.2f} BLEU ({seed_words(row)})."
+        return f"{name}: {row['verdict']} than {against} by {abs(d):.2f} BLEU ({seed_words(row)}).{left}"
     if row["interval"] is None:
-        return f"{name}: inconclusive: {d:+.2f} BLEU against {against}; {seed_words(row)}."
-    return f"{name}: inconclusive: {d:+.2f} BLEU against {against} ({seed_words(row)})."
+        return f"{name}: inconclusive: {d:+.2f} BLEU against {against}; {seed_words(row)}.{left}"
+    return f"{name}: inconclusive: {d:+.2f} BLEU against {against} ({seed_words(row)}).{left}"

@@ -267,13 +267,13 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
             interval=None,
             p_welch=None,
             n_base=None,
+            cross_class=None,
             p_bootstrap=None,
             p_bootstrap_note=None,
             against=None if ref is None or ref is base else ref.label,
         )
         if ref is not None:
-            row["delta"] = None if row["test_bleu"] is None else row["test_bleu"] - ref.row["test_bleu"]
-            row.update(seed_comparison(ref, c))  # the verdict's numbers: over seeds
+            row.update(seed_comparison(ref, c))  # the verdict's numbers: over seeds, within one machine class
             test = paired_bootstrap(ref, c, n_samples)  # test-set noise within a seed: no verdict
             row["p_bootstrap"], row["p_bootstrap_note"] = test["p"], test.get("note")
             signature = test.get("signature") or signature
@@ -320,7 +320,7 @@ def verdicts(cells: list[Cell]) -> list[str]:
     lines = []
     for c in cells:
         r = c.row
-        if c.base or r["delta"] is None:
+        if c.base or (r["delta"] is None and not r.get("cross_class")):
             continue
         ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
         lines.append(verdict_line(display(c), ref, r))

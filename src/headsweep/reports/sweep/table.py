@@ -134,8 +134,14 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         against = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
         lines.append(
             f"- against {against}: Δ test BLEU {r['delta']:+.2f}, "
-            + (f"{r['n']} seeds against {r['n_base']}, " if r["interval"] else "")
+            + (f"{r.get('n_compared', r['n'])} seeds against {r['n_base']}, " if r["interval"] else "")
+            + (f"on {r['machine_class']}, " if r.get("machine_class") else "")
             + f"{seed_words(r)}; verdict: {r['verdict']}"
+            + (
+                f"; left out (another machine class): {', '.join(r['class_left_out'])}"
+                if r.get("class_left_out")
+                else ""
+            )
         )
         lines.append(
             f"- test-set noise within a seed, not a verdict: sacreBLEU's paired bootstrap over sentences "
@@ -143,6 +149,8 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
             if r["p_bootstrap"] is not None
             else f"- no paired bootstrap: {r['p_bootstrap_note']}"
         )
+    if not c.base and r.get("cross_class"):
+        lines.append(f"- no comparison: {r['cross_class']}")
     if paper:
         lines.append(
             f"- paper: Table 3 row {paper['row']}, dev PPL {fmt(paper.get('dev_ppl'))}, dev BLEU "
