@@ -786,3 +786,32 @@ def test_title_names_the_row_most_cells_carry_not_the_shared_bases():
     cells = [cell("row-B", "base"), cell("row-D", "cell-drop0"), cell("row-D", "cell-drop0.2")]
     assert title("table3_d_dropout_start_h200", cells, ["model.dropout"]).endswith("(Table 3, row D)")
     assert "Table 3" not in title("other", [cell("base"), cell("x")], ["model.heads"])
+
+
+def test_a_budgets_store_gets_no_sweep_page_and_the_index_points_to_the_budgets_page(tmp_path):
+    """`make budgets`' trunks and branches (runs recording budgets.role) are cells of one trunk at several budgets,
+    not cells against a base: SWEEP=all skips them with one line, by name they stop with it, and the index sends
+    the reader to the budgets page."""
+    from headsweep.reports.build import sweep_pages
+    from headsweep.reports.site.index import write_index
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in REFS))
+    root = tmp_path / "results"
+    for seed in (1, 2):
+        run = make_run(root / "table3_c_budgets", data, 8, seed, 30.0, CELLS[8]["hyps"])
+        results = json.loads((run / "results.json").read_text())
+        results["config"]["budgets"] = {"role": "branch", "trunk": "abc"}
+        (run / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "reports"
+    out.mkdir()
+    with pytest.raises(R.BudgetStore, match="make budgets-report"):
+        R.write_report("table3_c_budgets", root, out, n_samples=10)
+    assert sweep_pages(["table3_c_budgets"], lambda n: R.write_report(n, root, out, n_samples=10), every=True) == []
+    assert not (out / "table3_c_budgets.md").exists()
+    write_index(out, root, questions=[])
+    index = (out / "index.md").read_text()
+    assert "- table3_c_budgets: trunks and branches, read on [budgets](budgets.md) (`make budgets-report`)" in index
+    assert "make report SWEEP=table3_c_budgets" not in index

@@ -30,7 +30,7 @@ def sweep_pages(names: list[str], write, every: bool) -> list[Path]:
     for name in names:
         try:
             paths += write(name)
-        except report.PhaseOneOnly as e:
+        except (report.PhaseOneOnly, report.BudgetStore) as e:
             if not every:
                 raise
             print(f"{name}: no page yet: {e}", file=sys.stderr)

@@ -49,6 +49,7 @@ from headsweep.reports.sweep.summary import (
     PAPER,
     POOLING,
     SEEDS_RULE,
+    budget_store,
     early_pool,
     early_references,
     pooled_threshold,
@@ -290,6 +291,11 @@ def write_report(
         raise ReportError(
             f"no runs of sweep '{sweep}': {sweep_dir} does not exist; run `make sweep SWEEP={sweep}` first"
         )
+    if budget_store(sweep_dir):
+        raise BudgetStore(
+            f"{sweep_dir} holds `make budgets`' trunks and branches: read them with `make budgets-report` "
+            "(reports/budgets.md), not as a sweep page"
+        )
     runs, left_out = load_runs(sweep_dir, sweep)
     for d, why in left_out:
         print(f"{sweep}: left out {d.name}: {why}", file=sys.stderr)
@@ -353,6 +359,10 @@ def write_report(
 
 class PhaseOneOnly(ReportError):
     """A sweep with only its learning-rate grid's runs so far: no cells to report until phase 2."""
+
+
+class BudgetStore(ReportError):
+    """A sweep of budget trunks and branches: the budgets page reads it (make budgets-report), no sweep page."""
 
 
 def stuck_threshold_arg(text: str | None) -> float | None:

@@ -5,6 +5,7 @@ stability across seeds and the verdict lines (significance: Table 3's rule)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -337,6 +338,17 @@ def ranking_words(ranking: dict | None, cells: list[Cell]) -> list[str]:
         f"step {ranking['half_step']} ({order(ranking['order_half'])}) and at step {ranking['last_step']} "
         f"({order(ranking['order_last'])}); 1 means the order was already settled at half the budget."
     ]
+
+
+def budget_store(sweep_dir: Path) -> bool:
+    """A sweep of `make budgets`' trunks and branches (its runs record budgets.role): one cell per budget of one
+    trunk, read on the budgets page (`make budgets-report`), not as a sweep page of cells against a base."""
+    for path in sorted(sweep_dir.glob("*/results.json"))[:1]:
+        try:
+            return bool((json.loads(path.read_text()).get("config") or {}).get("budgets", {}).get("role"))
+        except (OSError, ValueError, AttributeError):
+            return False
+    return False
 
 
 def sweeps_in(root: Path) -> list[str]:
