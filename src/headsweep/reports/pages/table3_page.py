@@ -160,7 +160,9 @@ def calibration_lines(cal: dict | None) -> list[str]:
     def delta(k: dict, metric: str, fmt: str) -> str:
         if k["class"] == cal["reference"]:
             return "reference"
-        return f"{k[f'delta_{metric}']:{fmt}} {interval_text(k[f'interval_{metric}'])}"
+        interval = k[f"interval_{metric}"]
+        spread = "—" if interval is None else f"[{interval[0]:{fmt}}, {interval[1]:{fmt}}]"
+        return f"{k[f'delta_{metric}']:{fmt}} {spread}"
 
     body = [
         [
