@@ -176,7 +176,6 @@ def index_markdown(
     unreported: list[str],
     views: list[tuple[Path, str, str]] = (),
     questions: list[dict] | None = None,
-    budget_stores: frozenset[str] = frozenset(),
 ) -> str:
     """The index, three screens at most: the questions with their current answers first, then every sweep by
     question (two columns), the views, the prune reports, and links to the table of every experiment
@@ -202,12 +201,7 @@ def index_markdown(
     order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
     for qid in order:
         lines += [f"- **{qid}**", *("  " + sweep_item(r, asks, late, shared) for r in by_question[qid])]  # tight
-    lines += [
-        f"- {name}: trunks and branches, read on [budgets](budgets.md) (`make budgets-report`)"
-        if name in budget_stores
-        else f"- {name}: runs but no report yet: `make report SWEEP={name}`"
-        for name in unreported
-    ]
+    lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
     lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
     lines += ["", "</div>", "", "## Across sweeps", ""]  # fmt: skip
     lines += [
@@ -288,8 +282,9 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     atomic_write(out_dir / CELLS, cells)
     atomic_write(out_dir / "cells.html", page(CELLS_TITLE.lower(), cells))
     glossary = write_glossary(out_dir)
-    stores = frozenset(n for n in unreported if root is not None and budget_store(root / n))
-    md = index_markdown(records, prunes, out_dir, unreported, views, questions, stores)
+    # a budgets store's trunks and branches are read on the budgets page (a view below), not as a sweep page
+    unreported = [n for n in unreported if not budget_store(root / n)]
+    md = index_markdown(records, prunes, out_dir, unreported, views, questions)
     md = with_footer(md, __spec__.name)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))
