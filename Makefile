@@ -84,11 +84,14 @@ lint: setup  ## ruff: lint and format check (configured in pyproject.toml; `.ven
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/ruff format --check $(LINT_PATHS)
 
-test: setup  ## The fast tests (what CI runs; under ~10 min on 2 cores)
-	$(PY) -m pytest -q
+# pytest-xdist: a worker per core (at most TEST_WORKERS), each with one torch thread (tests/conftest.py); TEST_WORKERS=0
+# runs in this process
+TEST_WORKERS ?= auto
+test: setup  ## The fast tests (what CI runs; under ~10 min on 2 cores) [TEST_WORKERS=auto]
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4
 
 test-all: setup  ## Every test, the real trainings (marked slow) included: run it before a pull request
-	$(PY) -m pytest -q -m ""
+	$(PY) -m pytest -q -m "" -n $(TEST_WORKERS) --maxprocesses 4
 
 bench: setup  ## Speed vs baselines timed in the same run: training, attention, decoding [CKPT=run dir]
 	$(PY) -m headsweep.bench $(if $(CKPT),--ckpt "$(CKPT)") $(ARGS)

@@ -54,6 +54,8 @@ def tiny_overrides(out: Path | None, *extra: str) -> list[str]:
     return [*TINY, *paths, *extra]
 
 
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0):  # `make test`: a worker per core, a thread each
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 SESSION_THREADS = torch.get_num_threads()  # torch's own count for this process, before any test sets one
 
 

@@ -4,6 +4,7 @@ results.json and the benchmarks name it."""
 from __future__ import annotations
 
 import platform
+import re
 from pathlib import Path
 
 import torch
@@ -58,6 +59,24 @@ def run_class(machine: dict | None) -> str:
     if not machine:
         return NOT_RECORDED
     return machine.get("gpu") or machine.get("cpu_class") or NOT_RECORDED
+
+
+def this_class(on_gpu: bool) -> str | None:
+    """This machine's class as run_class names a run trained here: the GPU model when the run trains on a GPU
+    (None where torch sees none), else the CPU class."""
+    if on_gpu:
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return cpu_class()
+
+
+def class_slug(machine_class: str) -> str:
+    """A class as a part of a run name: 'AVX512 + AMX (bf16 units)' -> 'avx512-amx', 'AVX512 + AVX512-BF16 (bf16
+    units)' -> 'avx512-bf16', 'AVX2, no bf16 units' -> 'avx2-no-bf16', 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    words = re.split(r"[^a-z0-9]+", machine_class.lower().replace("(bf16 units)", "").replace(" units", ""))
+    words = list(dict.fromkeys(w for w in words if w))  # AVX512 + AVX512-BF16: avx512 once
+    if words and words[0] == "nvidia":  # a GPU: its model, the first word with a digit
+        words = [next((w for w in words if any(c.isdigit() for c in w)), "gpu")]
+    return "-".join(words)
 
 
 def label(machine: dict | None) -> str:

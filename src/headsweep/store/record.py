@@ -28,7 +28,8 @@ SCHEMA_VERSION = 2  # 1: no schema_version, no views, machine paths; 2: the stor
 
 # What makes two runs the same experiment (and the same outputs: the analysis after training counts);
 # paths, loggers, threads, launcher and names may differ.
-# The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ).
+# The device class counts: a GPU run is never taken for the CPU run of the same settings (bf16 kernels differ);
+# so does machine_class where set (null, every run before it, leaves the key as it was).
 # A cooldown branch of `make budgets` counts the trunk it continues (its key) and the step it leaves it at: a branch
 # is never another run's experiment, whatever its schedule (the rest of the budgets record is not identity).
 EXPERIMENT_KEYS = (
@@ -42,6 +43,7 @@ EXPERIMENT_KEYS = (
     "analysis",
     "budgets.trunk",
     "budgets.step",
+    "machine_class",
 )
 # Where the files come from, not what they hold (data.hub_fallback: where the same corpus is on the hub).
 NOT_EXPERIMENT = ("data.dir", "data.cache_dir", "data.num_workers", "data.seed", "data.hub_fallback")

@@ -10,6 +10,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from headsweep.identity import heads_as_used
+from headsweep.machine import this_class
 from headsweep.model import Transformer, TransformerConfig
 from headsweep.training.module import check_settings
 from headsweep.training.runs import RunError, is_complete, resolve_checkpoint
@@ -176,6 +177,11 @@ def check_intervals(cfg: DictConfig) -> None:
 def check_devices(cfg: DictConfig) -> None:
     """Devices and strategy this machine can run, before any data is read."""
     t = cfg.trainer
+    if cfg.get("machine_class") and cfg.machine_class != (here := this_class(t.accelerator in ("gpu", "cuda"))):
+        raise ConfigError(
+            f"machine_class={cfg.machine_class!r} but this machine is {here!r}: train it on a machine of that class, "
+            "or drop the setting (a run of another class is another experiment)"
+        )
     devices = t.devices if isinstance(t.devices, int) else None
     if t.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(

@@ -104,6 +104,7 @@ TOP_SETTINGS = {
     "average_last": integer(0, 1000, fix="e.g. average_last=5 (the paper's), or 0 for no averaging"),
     "average_from": share(fix="e.g. average_from=0.9"),
     "threads": nullable(integer(1, 1024, fix="e.g. threads=2, or null for torch's default")),
+    "machine_class": nullable(text()),
     "export_dir": nullable(text()),
     "lr_select": nullable(mapping()),  # written by make sweep LR_GRID= (experiments.lr_select), a record
     "budgets": nullable(mapping()),  # written by make budgets (sweeps.budgets): a trunk's or a branch's place

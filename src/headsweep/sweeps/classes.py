@@ -1,0 +1,88 @@
+"""A sweep's base on every machine class its cells ran on. bf16 kernels differ between classes, so a cell's Δ is
+taken against a base of its own class (reports.pages.verdicts). A base that the store holds from another class
+(shared, or finished there) does not serve cells trained here: the plan adds the base's seeds again under
+`machine_class=<this class>` (part of the run's identity, so the store keeps both), named <base cell>-<class>-s<n>
+and tagged as the base cell, so every page reads them as the base of that class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from headsweep.machine import NOT_RECORDED, class_slug, run_class
+from headsweep.sweeps.jobs import Job, Sweep
+from headsweep.sweeps.reuse import find_reuse
+from headsweep.training.runs import read_results
+
+
+def run_class_of(run_dir: Path) -> str:
+    return run_class(read_results(run_dir).get("machine"))
+
+
+def job_class(job: Job, here: str) -> str:
+    """The class a job's run is of: the finished run's, the stored run it shows (same_as), the run whose model it
+    analyses (trained_as: the model is that class's); else it trains here."""
+    if job.export is not None and job.finished(job.export):
+        return run_class_of(job.export)
+    if job.same_as is not None:
+        return run_class_of(job.same_as)
+    if job.trained_as is not None:
+        return run_class_of(job.trained_as)
+    return here
+
+
+def class_job(base: Job, machine_class: str, sweep: Sweep) -> Job:
+    """The base job `base` again for `machine_class`: its overrides, tags and seed, its own name and view."""
+    quoted = machine_class.replace("'", "")  # a Hydra override's quoted string
+    name = f"{base.cell}-{class_slug(machine_class)}-s{base.seed}"
+    return dataclasses.replace(
+        base,
+        name=name,
+        overrides=[*base.overrides, f"machine_class='{quoted}'"],
+        dir=sweep.dir / name,
+        export=base.export.parent / name if base.export is not None else None,
+        same_as=None,
+        trained_as=None,
+    )
+
+
+def class_bases(sweep: Sweep, here: str, finished: list, out=None) -> list[Job]:
+    """Base jobs for the classes whose cells have no base of their class: run here for this machine's class,
+    listed as done for another class where they finished there; one line for each class still missing. Runs from
+    before results.json named its machine (NOT_RECORDED) say nothing either way."""
+    bases = [j for j in sweep.jobs if j.base]
+    cells = [j for j in sweep.jobs if not j.base and (j.done or j.same_as or j.trained_as or sweep.selects(j))]
+    have = {job_class(j, here) for j in bases}
+    if not bases or NOT_RECORDED in have:
+        return []
+    need = sorted({job_class(j, here) for j in cells} - have - {NOT_RECORDED})
+    flat = sweep.flats[bases[0].cell]
+    added = []
+    for machine_class in need:
+        jobs = [class_job(b, machine_class, sweep) for b in bases]
+        for job in jobs:
+            find_reuse(job, {**flat, "machine_class": machine_class}, finished)
+        done = [j for j in jobs if j.done or j.same_as is not None]
+        if machine_class == here:
+            added += jobs
+            if sweep.only and not all(sweep.selects(j) for j in jobs):
+                sweep.only += [j.name for j in jobs]  # the cells asked for need their class's base
+            left = len(jobs) - len(done)
+            if left:
+                print(
+                    f"  {sweep.name}: cells train on {here}, whose base is not in the store: {left} base job(s) "
+                    f"planned here ({jobs[0].name}, ...), so no Δ crosses a class",
+                    file=out,
+                )
+        else:
+            added += done
+            named = f" NAME={sweep.name}" if sweep.spec and sweep.spec != sweep.name else ""
+            if len(done) < len(jobs):
+                print(
+                    f"  {sweep.name}: cells ran on {machine_class}, which has {len(done)} of the base's "
+                    f"{len(jobs)} seeds: their Δ waits for it; on a {machine_class} machine `make sweep "
+                    f"SWEEP={sweep.spec or sweep.name}{named}` plans it",
+                    file=out,
+                )
+    return added
