@@ -7,6 +7,7 @@ from conftest import stored_run
 from headsweep.config import compose
 from headsweep.machine import class_slug
 from headsweep.store import experiment_key, flat_key
+from headsweep.sweeps import classes as C
 from headsweep.sweeps import planning as P
 from headsweep.training.checks import ConfigError, check_devices
 
@@ -22,7 +23,7 @@ def finished(sweep, job, machine):
 
 
 def plan(tmp_path, here, monkeypatch, capsys):
-    monkeypatch.setattr(P, "this_class", lambda on_gpu: here["cpu_class"])
+    monkeypatch.setattr(C, "this_class", lambda on_gpu: here["cpu_class"])
     sweep = P.plan("table3_e", seeds=3, root=tmp_path / "mr", results=tmp_path / "results", jobs=1)
     return sweep, capsys.readouterr().out
 
@@ -69,7 +70,7 @@ def test_a_cell_run_here_on_a_class_the_shared_base_is_not_of_plans_the_base_too
     for j in sweep.jobs:
         if j.base:
             finished(sweep, j, XEON)
-    monkeypatch.setattr(P, "this_class", lambda on_gpu: EPYC["cpu_class"])
+    monkeypatch.setattr(C, "this_class", lambda on_gpu: EPYC["cpu_class"])
     only = P.plan(
         "table3_e", seeds=3, root=tmp_path / "mr", results=tmp_path / "results", jobs=1, only=["*-pos-learned-s1"]
     )

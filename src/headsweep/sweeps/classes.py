@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from headsweep.machine import NOT_RECORDED, class_slug, run_class
+from headsweep.machine import NOT_RECORDED, class_slug, run_class, this_class
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse
 from headsweep.training.runs import read_results
@@ -47,17 +47,22 @@ def class_job(base: Job, machine_class: str, sweep: Sweep) -> Job:
     )
 
 
-def class_bases(sweep: Sweep, here: str, finished: list, out=None) -> list[Job]:
+def class_bases(sweep: Sweep, finished: list, flat: dict | None = None, args: str = "", out=None) -> list[Job]:
     """Base jobs for the classes whose cells have no base of their class: run here for this machine's class,
     listed as done for another class where they finished there; one line for each class still missing. Runs from
-    before results.json named its machine (NOT_RECORDED) say nothing either way."""
+    before results.json named its machine (NOT_RECORDED) say nothing either way. `flat`: the base's settings
+    (default: the sweep's composed base cell; a grid sweep passes it at the base's chosen rate); `args`: what the
+    line's `make sweep` command needs besides the sweep's names (a grid sweep's LR_GRID=...)."""
+    here = this_class(sweep.on_gpu)
     bases = [j for j in sweep.jobs if j.base]
+    if here is None:  # a GPU sweep planned where torch sees no card: launching it stops (launch.run)
+        return []
     cells = [j for j in sweep.jobs if not j.base and (j.done or j.same_as or j.trained_as or sweep.selects(j))]
     have = {job_class(j, here) for j in bases}
     if not bases or NOT_RECORDED in have:
         return []
     need = sorted({job_class(j, here) for j in cells} - have - {NOT_RECORDED})
-    flat = sweep.flats[bases[0].cell]
+    flat = flat if flat is not None else sweep.flats[bases[0].cell]
     added = []
     for machine_class in need:
         jobs = [class_job(b, machine_class, sweep) for b in bases]
@@ -81,8 +86,8 @@ def class_bases(sweep: Sweep, here: str, finished: list, out=None) -> list[Job]:
             if len(done) < len(jobs):
                 print(
                     f"  {sweep.name}: cells ran on {machine_class}, which has {len(done)} of the base's "
-                    f"{len(jobs)} seeds: their Δ waits for it; on a {machine_class} machine `make sweep "
-                    f"SWEEP={sweep.spec or sweep.name}{named}` plans it",
+                    f"{len(jobs)} seeds: their Δ waits for it; on a machine of that class `make sweep "
+                    f"SWEEP={sweep.spec or sweep.name}{named} SEEDS={len(jobs)}{args}` plans it",
                     file=out,
                 )
     return added

@@ -39,6 +39,7 @@ from headsweep import store
 from headsweep.config import SWEEPS_DIR
 from headsweep.store import as_seen, read_record, write_record
 from headsweep.sweeps import launch, planning
+from headsweep.sweeps.classes import class_bases
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
@@ -301,6 +302,10 @@ def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
                 job.same_as, job.trained_as = c.grid_jobs[rate].export, None  # the selecting run: reused
             by_seed.setdefault(job.seed, []).append(job)
     sweep.jobs = [j for s in sorted(by_seed) for j in by_seed[s]]  # seed-major, as planning.plan
+    base = next((c for c in lr.cells if c.base and picks[c.label] is not None), None)
+    if base is not None:  # the base again on the class its cells train on, at the base's chosen rate
+        grid = ",".join(f"{v:g}" for v in base.grid)
+        sweep.jobs += class_bases(sweep, lr.finished, {**base.flat, LR_KEY: picks[base.label][0]}, f" LR_GRID={grid}")
     return sweep, waiting
 
 

@@ -16,7 +16,6 @@ from omegaconf import OmegaConf
 from headsweep.analysis.settings import AnalysisSettings
 from headsweep.config import SWEEPS_DIR, compose
 from headsweep.identity import cell_labels
-from headsweep.machine import this_class
 from headsweep.model.lr_scaling import base_fan_ins
 from headsweep.store import flatten_config
 from headsweep.sweeps.classes import class_bases
@@ -179,8 +178,8 @@ def plan(
             f"--only '{unmatched[0]}' matches none of {name}'s jobs "
             f"({', '.join(j.name for j in sweep.jobs[:4])}, ...): use their names, with * and ?"
         )
-    if results is not None and (here := this_class(on_gpu)) is not None:
-        sweep.jobs += class_bases(sweep, here, finished)  # the base again where cells train on another class
+    if results is not None:
+        sweep.jobs += class_bases(sweep, finished)  # the base again where cells train on another class
     return sweep
 
 
