@@ -24,7 +24,8 @@ STEPS ?=
 JOBS ?=
 # make sweep: peak learning rates to choose from per cell by seed 1's val loss (e.g. 5e-4,1e-3,2e-3); empty: the config's
 LR_GRID ?=
-# make sweep: the update check's margin m (issue 54): a cell whose attention moves in its first steps outside [1/(1+m), 1+m] of its base's gets a line; empty: 0.5
+# make sweep: the update check's margin m: a cell whose attention moves in its first steps outside [1/(1+m), 1+m]
+# of its base's gets a line; empty: 0.5
 UPDATE_MARGIN ?=
 RESULTS ?= results
 CKPT ?=
