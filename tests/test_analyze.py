@@ -235,11 +235,11 @@ def test_head_dropout_drops_whole_heads_per_sentence_and_keeps_the_expectation()
         m.train()
         gates = []
         m.out_proj.register_forward_pre_hook(lambda mod, args: gates.append(args[0]))
-        outs = torch.stack([m(x)[0] for _ in range(4000)])
-    with torch.no_grad():
+        # 4,000 draws as one batch of 4,000 copies of the 2 sentences: heads are drawn per sentence
+        outs = m(x.repeat(4000, 1, 1))[0].view(4000, 2, 3, 8)
         m.eval()(x)
-    heads = torch.stack(gates[:-1]).view(4000, 2, 3, 4, 2).transpose(2, 3)  # (sample, B, h, T, d_v): W^O's input
-    full = gates[-1].view(2, 3, 4, 2).transpose(1, 2)  # the same at evaluation: no head dropped
+    heads = gates[0].view(4000, 2, 3, 4, 2).transpose(2, 3)  # (sample, B, h, T, d_v): W^O's input
+    full = gates[1].view(2, 3, 4, 2).transpose(1, 2)  # the same at evaluation: no head dropped
     dropped = heads.abs().amax((-1, -2)).eq(0)  # (sample, B, h): a whole head, every position
     kept = torch.isclose(heads, full / 0.75, atol=1e-6).all(-1).all(-1)  # rescaled by 1 / (1 - p)
     assert (dropped ^ kept).all()
