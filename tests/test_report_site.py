@@ -561,3 +561,24 @@ def test_a_superseded_page_opens_with_a_banner_linking_what_replaced_it(tmp_path
     (banner,) = [line for line in Q.banner(questions, "kv_heads", out) if line]
     assert banner.startswith("> **Earlier protocol, superseded by [kv_heads_init](kv_heads_init.md)**")
     assert "[kv_heads_lr](kv_heads_lr.md), the current answer" in banner
+
+
+def test_a_sweeps_edge_sits_on_its_line_and_an_edge_alone_keeps_its_own():
+    """The index lists a grid-edge sweep (<sweep>_edge) on its sweep's line, linked; without its sweep among the
+    question's, on a line of its own."""
+    from headsweep.reports.site.index import with_edges
+
+    def rec(name, runs):
+        return {
+            "sweep": name,
+            "title": f"{name}: t",
+            "page": f"{name}.html",
+            "runs": runs,
+            "cells": [{}],
+            "left_out": [],
+        }
+
+    both = with_edges([rec("a", 9), rec("a_edge", 3), rec("b_edge", 2)], {}, {}, {})
+    assert len(both) == 2
+    assert both[0].startswith("- [a](a.md") and both[0].endswith('; [edge](a_edge.md "a_edge: t"): 3 runs')
+    assert both[1].startswith("- [b_edge](b_edge.md") and "; [edge]" not in both[1]

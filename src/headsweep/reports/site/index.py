@@ -169,6 +169,23 @@ def sweep_item(r: dict, asks: dict[str, str], late: dict[str, str], shared: dict
     )
 
 
+def with_edges(records: list[dict], asks: dict[str, str], late: dict[str, str], shared: dict[str, int]) -> list[str]:
+    """A question's sweeps, one line each, a sweep's grid-edge runs (<sweep>_edge) on that sweep's line: the index stays
+    within three screens as edges are added."""
+    names = {r["sweep"] for r in records}
+    edges = {r["sweep"][: -len("_edge")]: r for r in records if r["sweep"].endswith("_edge")}
+    items = []
+    for r in records:
+        if r["sweep"].endswith("_edge") and r["sweep"][: -len("_edge")] in names:
+            continue  # on its sweep's line
+        item = sweep_item(r, asks, late, shared)
+        if (e := edges.get(r["sweep"])) is not None:
+            title = e["title"].replace('"', "'")
+            item += f'; [edge]({md_link(e["page"])} "{title}"): {counted(e["runs"], "run")}'
+        items.append(item)
+    return items
+
+
 def index_markdown(
     records: list[dict],
     prunes: list[tuple[Path, str]],
@@ -200,7 +217,7 @@ def index_markdown(
         by_question.setdefault(asks.get(r["sweep"], "no question declared"), []).append(r)
     order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
     for qid in order:
-        lines += [f"- **{qid}**", *("  " + sweep_item(r, asks, late, shared) for r in by_question[qid])]  # tight
+        lines += [f"- **{qid}**", *("  " + item for item in with_edges(by_question[qid], asks, late, shared))]
     lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
     lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
     lines += ["", "</div>", "", "## Across sweeps", ""]  # fmt: skip
