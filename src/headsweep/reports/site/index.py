@@ -173,10 +173,10 @@ def with_edges(records: list[dict], asks: dict[str, str], late: dict[str, str], 
     """A question's sweeps, one line each, a sweep's grid-edge runs (<sweep>_edge) on that sweep's line: the index stays
     within three screens as edges are added."""
     names = {r["sweep"] for r in records}
-    edges = {r["sweep"][: -len("_edge")]: r for r in records if r["sweep"].endswith("_edge")}
+    edges = {r["sweep"].removesuffix("_edge"): r for r in records if r["sweep"].endswith("_edge")}
     items = []
     for r in records:
-        if r["sweep"].endswith("_edge") and r["sweep"][: -len("_edge")] in names:
+        if r["sweep"].endswith("_edge") and r["sweep"].removesuffix("_edge") in names:
             continue  # on its sweep's line
         item = sweep_item(r, asks, late, shared)
         if (e := edges.get(r["sweep"])) is not None:
