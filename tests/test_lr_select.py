@@ -530,3 +530,28 @@ def test_a_wider_grid_run_for_some_cells_is_recorded_as_their_edge_extension_onl
     # the same wider command without ONLY plans every cell at every rate: the other cell's edge then too
     lr = plan(tmp_path, grid=wider)
     assert [c.grid for c in lr.cells] == [wider, wider] and lr.cells[1].extended_from == GRID
+
+
+def test_a_grid_under_the_name_of_a_sweep_planned_without_one_is_refused_and_runs_under_another(tmp_path):
+    """A seed-1 run planned without a grid (h8-...-s1) is the experiment of the grid's run at the same rate
+    (h8-...-lr0.002-s1): under the sweep's own name the grid would show that run twice in one sweep, which its
+    page would count twice. One line naming the way out; under that name the run is shared, not trained."""
+    from headsweep.sweeps import planning
+
+    plain = planning.plan("table3_e", 1, [], root=tmp_path / "mr", results=tmp_path / "results")
+    base = plain.jobs[0]
+    cfg = compose([*plain.common, *base.overrides, f"run_name={base.name}", f"tags=[{','.join(base.tags)}]"])
+    config = OmegaConf.to_container(cfg, resolve=False)
+    config["module"]["model"] = config["model"]
+    rate = config["module"]["peak_lr"]
+    stored_run(base.export, {"status": "complete", "config": config, "metrics": {"val/loss": 2.3}})
+    grid = [rate / 2, rate]
+    with pytest.raises(LR.SweepError) as e:
+        plan(tmp_path, seeds=1, grid=grid)
+    assert str(e.value).count("\n") == 0
+    assert f"table3_e already shows {base.name}, the experiment of grid run {CELLS[0]}-lr{rate:g}-s1" in str(e.value)
+    assert "NAME=table3_e_edge" in str(e.value)
+    lr = plan(tmp_path, seeds=1, grid=grid, name_as="table3_e_edge")
+    shared = lr.cells[0].grid_jobs[rate]
+    assert shared.same_as is not None and shared.export.parent.name == "table3_e_edge"
+    assert lr.cells[0].grid_jobs[rate / 2].same_as is None  # the other rate trains

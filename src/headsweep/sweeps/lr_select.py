@@ -198,6 +198,7 @@ def plan_lr(
                 grid_run=True,
             )
             find_reuse(job, {**c.flat, LR_KEY: v}, finished)
+            check_not_shown_twice(job, finished, own)
             c.grid_jobs[v] = job
     # cell-major within the grid: each cell's rates side by side in the listing
     grid_sweep.jobs = [j for c in cells.values() for j in c.grid_jobs.values()]
@@ -210,6 +211,20 @@ def plan_lr(
             "use their names, with * and ?"
         )
     return lr
+
+
+def check_not_shown_twice(job: Job, finished: list, own: str) -> None:
+    """A grid run whose experiment this sweep already shows under another name (a seed-1 run planned without
+    the grid, e.g. h1-dk32-dv32-s1 for h1-dk32-dv32-lr0.002-s1) would be a second view of one run in one
+    sweep, which its page would count twice: one line, nothing planned."""
+    if job.same_as is None:
+        return
+    record = next(r for d, r in finished if d == job.same_as)
+    if shown := [v["job"] for v in record.views if v.get("sweep") == own and v.get("job") != job.name]:
+        raise SweepError(
+            f"{own} already shows {shown[0]}, the experiment of grid run {job.name} (it was planned without "
+            f"this grid): plan the grid under its own name (NAME={own}_edge, --name {own}_edge)"
+        )
 
 
 def recorded_grid(sweep_dir: Path, cell: str, seed: int) -> list[float]:
