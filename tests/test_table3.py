@@ -622,3 +622,26 @@ def test_the_scatter_names_each_point_draws_y_equals_x_and_keeps_its_legend_off_
     legend, box = extent(ax.get_legend(), renderer), extent(ax, renderer)
     assert legend[0] >= box[2] and covered(legend, data_points(ax, renderer)) == []
     pyplot().close(fig)
+
+
+def test_a_row_run_at_one_rate_names_its_rate_checks_from_any_sweep_on_its_own_class(fake_root, data):
+    """Issue 73: a row from the new start runs every cell at one rate, checked at half and twice it on seed 1 under
+    another sweep name (<sweep>_edge). The row's notes list each checked cell's val loss per rate, the best in bold,
+    and name a cell another rate did better for; a run on another machine class is no check of this one's rate."""
+    row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
+    edge = {"protocol": ["model.init=fan_in", *START], "phase": "grid"}
+    dk8, dk32 = ["model.d_k=8", "model.d_v=32"], ["model.d_k=32", "model.d_v=32"]
+    fake_run(fake_root, data, "table3_b_fan_in_start_edge", "h8-dk8-dv32", dk8, 1, 30.0, lr=0.001, val_loss=2.5, **edge)
+    fake_run(fake_root, data, "table3_b_fan_in_start_edge", "h8-dk8-dv32", dk8, 1, 31.0, lr=0.004, val_loss=2.1, **edge)
+    fake_run(
+        fake_root, data, "table3_b_fan_in_start_edge", "h8-dk32-dv32", dk32, 1, 29.0, lr=0.001, val_loss=2.6, **edge
+    )
+    h200 = {"cpu": "x", "cpu_class": "AVX2, no bf16 units", "gpu": "NVIDIA H200", "torch": "2"}
+    fake_run(fake_root, data, "table3_b_fan_in_start_h200", "h8-dk32-dv32", dk32, 1, 29.0, lr=0.004, val_loss=1.9,
+             machine=h200, **edge)  # fmt: skip
+    notes = " ".join(T.build(fake_root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.START]["notes"])
+    assert "d_k 8 0.001 2.500, 0.002 2.300, **0.004 2.100**" in notes
+    assert "0.001 2.600, **0.002 2.300**;" in notes  # the base: the card's 4e-3 (1.9) is not its check
+    assert "**Another rate did better** for d_k 8 at 0.004 (2.100 against 2.300): that cell is read below its" in notes
+    earlier = " ".join(T.build(fake_root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.EARLIER]["notes"])
+    assert "Rate check" not in earlier  # a row with a grid says its edges as before

@@ -14,7 +14,7 @@ from pathlib import Path
 from headsweep.reports.pages.table3_paper import f
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
-from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
+from headsweep.reports.sweep.lr import choices, edge_section, other_rates, rate_check_lines, split_grid_runs
 from headsweep.reports.sweep.page import stuck_runs
 from headsweep.reports.sweep.stuck import gap_words
 from headsweep.reports.sweep.summary import cell_numbers
@@ -127,6 +127,7 @@ def row_info(root: Path, row: str, sweeps: list[str], protocol: str, pool: dict)
     info["cells"] = cells
     info["base"] = next((c for c in cells if c.base), None)
     info["edges"] = edge_words(root, got["grid"])
+    info["rate_checks"] = None if got["grid"] else rate_checks(root, cells)
     info["devices"] = sorted(
         {
             f"{r.flat.get('trainer.precision')} {r.flat.get('trainer.accelerator') or 'cpu'}"
@@ -245,6 +246,17 @@ def grid_only_line(grid: list) -> str:
     )
 
 
+def rate_checks(root: Path, cells: list[Cell]) -> tuple[dict, float] | None:
+    """A row run at one rate (no grid): (the checks of that rate on its cells' seed 1 found in results/
+    (other_rates), the rate); None where the row's rates differ or nothing was checked."""
+    rates = {r.flat.get(LR_KEY) for c in cells for r in c.runs}
+    seed_1 = {c.label: next((r for r in c.runs if r.seed == 1), None) for c in cells}
+    if len(rates) != 1 or None in rates:
+        return None
+    checks = other_rates(root, {label: r for label, r in seed_1.items() if r is not None})
+    return (checks, rates.pop()) if checks else None
+
+
 def edge_words(root: Path, grid_runs: list) -> list[str]:
     """The sweep report's lines on cells that chose their grid's smallest or largest rate, and whether a run
     past that edge (any sweep in results/) brackets it. Row D's base, in both of its sweeps, once."""
@@ -287,6 +299,9 @@ def notes(info: dict, names: dict) -> list[str]:
             + "."
         )
         lines += info["edges"]
+        if info.get("rate_checks"):
+            checks, rate = info["rate_checks"]
+            lines += rate_check_lines({names.get(label, label): v for label, v in checks.items()}, rate)
     if info["missing"]:
         lines.append(f"Not run yet: {', '.join(info['missing'])}.")
     if info["left_out"]:
