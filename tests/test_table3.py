@@ -19,6 +19,7 @@ from headsweep.config import SWEEPS_DIR, compose
 from headsweep.reports.pages import table3 as T
 from headsweep.reports.pages import table3_page as TP
 from headsweep.reports.pages import table3_rows as R
+from headsweep.reports.pages import verdicts as V
 from headsweep.sweeps import table3 as P
 from headsweep.sweeps.lr_select import LR_KEY, parse_grid, plan_lr
 
@@ -462,14 +463,16 @@ def answer_says(text: str, rec: dict, protocol: str) -> dict:
 
 
 def page_says(md: str, rec: dict) -> dict:
-    """{(row, cell, protocol): verdict} of the page's verdicts table (the bold word in each protocol's column)."""
+    """{(row, cell, protocol): verdict} of the page's verdicts table (the bold word in each protocol's column, and
+    in the verdict-at-4x column as protocol "4x")."""
     out = {}
     protocols = list(rec["protocols"])
+    at = any("at_4x" in c for c in rec["cells"])
     for line in md.splitlines():
         parts = [p.strip() for p in line.strip("|").split("|")]
-        if len(parts) != 3 + 2 * len(protocols) or parts[0] not in "ABCDE" or not parts[0]:
+        if len(parts) != 3 + 2 * (len(protocols) + at) or parts[0] not in "ABCDE" or not parts[0]:
             continue
-        for i, protocol in enumerate(protocols):
+        for i, protocol in enumerate([*protocols, *(["4x"] if at else [])]):
             word = re.fullmatch(r"\*\*" + VERDICT + r"\*\*", parts[4 + 2 * i])
             out[(parts[0], parts[1], protocol)] = word.group(1) if word else None
     return out
@@ -486,6 +489,8 @@ def mismatches(rec: dict, page: str, answers: dict[str, str]) -> list[str]:
         key = (c["row"], c["cell"], c["protocol"])
         if said.get(key, "absent") != c["verdict"]:
             wrong.append(f"page: {key} says {said.get(key, 'absent')}, the record {c['verdict']}")
+        if "at_4x" in c and said.get((c["row"], c["cell"], "4x"), "absent") != c["at_4x"].get("verdict"):
+            wrong.append(f"page at 4x: {key} says {said.get((c['row'], c['cell'], '4x'))}, the record {c['at_4x']}")
         for row, text in answers.items():
             if row == c["row"] and c["verdict"] is not None:
                 got = answer_says(text, rec, c["protocol"]).get(c["cell"])
@@ -645,3 +650,31 @@ def test_a_row_run_at_one_rate_names_its_rate_checks_from_any_sweep_on_its_own_c
     assert "**Another rate did better** for d_k 8 at 0.004 (2.100 against 2.300): that cell is read below its" in notes
     earlier = " ".join(T.build(fake_root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.EARLIER]["notes"])
     assert "Rate check" not in earlier  # a row with a grid says its edges as before
+
+
+def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake_root, data):
+    """Issue 68: the Table 3 page's "verdict at 4x". Row B's cells under the new start, and its budgets sweep's 4x
+    cooldown branches: the base at 35, d_k 8 at 33 (the paper's -0.7 is a cost; ours -2.0, clear of 0: agrees);
+    d_k 16 has only a 2x branch, so it is not read at 4x. The 1x verdicts do not change."""
+    row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
+    one_x = {(c["row"], c["cell"]): c["verdict"] for c in T.build(fake_root, T.read_paper(T.PAPER_CSV))["cells"]}
+    sweep = "table3_b_fan_in_start_budgets"
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        for dk, bleu, k in ((32, 35.0, 4), (8, 33.0, 4), (16, 36.0, 2)):
+            role = f"budgets={{role:branch,budget:{k},base:{str(dk == 32).lower()}}}"
+            over = [f"model.d_k={dk}", "model.d_v=32", "module.schedule=wsd", "module.cooldown=sqrt", role]
+            over += [f"trainer.max_steps={1150 * k}"]
+            fake_run(fake_root, data, sweep, f"h8-dk{dk}-dv32-{k}x-sqrt", over, seed, bleu + noise,
+                     protocol=["model.init=fan_in", *START], grid=False)  # fmt: skip
+    rec = T.build(fake_root, T.read_paper(T.PAPER_CSV))
+    assert {(c["row"], c["cell"]): c["verdict"] for c in rec["cells"]} == one_x
+    new = by_cell(rec, R.START)
+    at = new[("B", "d_k 8")]["at_4x"]
+    assert at["verdict"] == "agrees" and at["steps"] == 4600 and (at["n"], at["n_base"]) == (3, 3)
+    assert at["delta"] == pytest.approx(-2.0) and at["interval"][1] < 0
+    assert new[("B", "d_k 16")]["at_4x"] == {"state": "not run yet"}
+    assert new[("C", "N 4")]["at_4x"] == {"state": "not run yet"}
+    md = TP.markdown(rec, None)
+    line = next(x for x in md.splitlines() if x.startswith("| B | d_k 8 |"))
+    assert line.endswith("| -2.00 " + V.interval_text(at["interval"]) + ", n 3/3, not recorded | **agrees** |"), line
+    assert "**At 4x** (1 cell read so far)" in md

@@ -39,7 +39,7 @@ def build(root: Path, paper: list[dict], suffix: str = "", pool: dict | None = N
     if not root.is_dir():
         raise ReportError(f"no results at {root}: pass --root DIR (the folder holding results/<sweep>/)")
     pool = early_pool(root) if pool is None else pool
-    return record({p: rows(root, p, pool, suffix) for p in PROTOCOLS}, paper)
+    return record({p: rows(root, p, pool, suffix) for p in PROTOCOLS}, paper, root)
 
 
 def write(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from headsweep.reporting.markdown import figure, fmt_p
 from headsweep.reporting.markdown import table as markdown_table
+from headsweep.reports.pages.table3_budget import AT
 from headsweep.reports.pages.table3_paper import f, setting_strings
 from headsweep.reports.pages.table3_record import NOT_RUN
 from headsweep.reports.pages.verdicts import interval_text
@@ -53,6 +54,30 @@ def side_text(c: dict | None) -> str:
     return f"{c['delta']:+.2f} {interval_text(c['interval'])}, n {c['n']}/{c['n_base']}, {classes_text(c)}"
 
 
+def at_text(c: dict | None) -> list[str]:
+    """A new-start cell's two columns at 4x (table3_budget): its side and its verdict."""
+    a = (c or {}).get("at_4x") or {"state": NOT_RUN}
+    if a["state"] != "read":
+        return [a["state"], "—"]
+    n = f"n {a['n']}/{a['n_base']}, {short_class(a['cell_class'])}"
+    side = n if a["delta"] is None else f"{a['delta']:+.2f} {interval_text(a['interval'])}, {n}"
+    return [side, f"**{a['verdict']}**"]
+
+
+def at_words(record: dict) -> list[str]:
+    """How the 4x columns are read, under the table that has them."""
+    if not any("at_4x" in c for c in record["cells"]):
+        return []
+    read = sum(1 for c in record["cells"] if (c.get("at_4x") or {}).get("state") == "read")
+    return [
+        f"**At {AT}x** ({read} cell{'s' * (read != 1)} read so far): each new-start cell's cooldown branch at "
+        f"{AT} times the steps ({AT * 1150:,}; `make budgets`, one warmup-stable-decay trunk per cell, "
+        f"[budgets](budgets.md)) against the base's {AT}x branches of its class, by the same rule, Holm across "
+        f"the cells read at {AT}x. A branch is no 1x run: its verdict sits beside the 1x one.",
+        "",
+    ]
+
+
 def verdicts_table(record: dict) -> list[str]:
     protocols = list(record["protocols"])
     by = {(c["row"], c["cell"], c["protocol"]): c for c in record["cells"]}
@@ -60,6 +85,8 @@ def verdicts_table(record: dict) -> list[str]:
     header = ["row", "cell", "paper Δ BLEU"]
     for p in protocols:
         header += [f"{record['protocols'][p]['title']}: Δ [95% CI], n cell/base, class", "verdict"]
+    at = any("at_4x" in c for c in record["cells"])
+    header += [f"new start at {AT}x (WSD branches): Δ [95% CI], n", f"verdict at {AT}x"] if at else []
     body = []
     for row, name in keys:
         first = next(by[(row, name, p)] for p in protocols if (row, name, p) in by)
@@ -72,6 +99,7 @@ def verdicts_table(record: dict) -> list[str]:
         for p in protocols:
             c = by.get((row, name, p))
             line += [side_text(c), "—" if c is None or c["verdict"] is None else f"**{c['verdict']}**"]
+        line += at_text(by.get((row, name, "start"))) if at else []
         body.append(line)
     return markdown_table(header, body)
 
@@ -250,6 +278,7 @@ def markdown(record: dict, png: Path | None) -> str:
         "",
         *verdicts_table(record),
         "",
+        *at_words(record),
         "## What moved between protocols",
         "",
         *moved_lines(record),

@@ -5,8 +5,11 @@ Table 3 questions: `answer_line`). The page itself (table3_page) renders from th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from headsweep.reports.pages import verdicts as V
 from headsweep.reports.pages.table3_answers import NOT_RUN, answer_line, counts_text  # noqa: F401 (re-exported)
+from headsweep.reports.pages.table3_budget import at_budget
 from headsweep.reports.pages.table3_paper import (
     SETTING_COLUMNS,
     match,
@@ -163,9 +166,10 @@ def base_line(info: dict) -> dict | None:
     }
 
 
-def record(by_protocol: dict, paper: list[dict]) -> dict:
+def record(by_protocol: dict, paper: list[dict], root: Path | None = None) -> dict:
     """reports/table3.json from {protocol: table3_rows.rows(...)}: per row and protocol its sweeps, state and
-    words; per cell and protocol its verdict and the numbers behind it; the verdicts that moved."""
+    words; per cell and protocol its verdict and the numbers behind it; the verdicts that moved. With the results
+    root, each new-start cell also its verdict at 4x (table3_budget)."""
     ref = reference_settings(by_protocol)
     cells, rows = [], {row: {} for row in ROWS}
     for protocol, row_infos in by_protocol.items():
@@ -188,6 +192,8 @@ def record(by_protocol: dict, paper: list[dict]) -> dict:
                 "instead_of": list(info["instead_of"]) if info.get("instead_of") else None,
                 "notes": notes(info, names),
             }
+    if root is not None and START in by_protocol:
+        at_budget(root, by_protocol[START], [c for c in cells if c["protocol"] == START])
     return {
         "what": "Table 3's verdicts, computed once by `make table3-report` (headsweep.reports.pages.table3); the table "
         "page, the index, README's answers and sweeps/_questions.yaml's Table 3 answers render them from here",
