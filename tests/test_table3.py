@@ -647,7 +647,7 @@ def test_a_row_run_at_one_rate_names_its_rate_checks_from_any_sweep_on_its_own_c
     notes = " ".join(T.build(fake_root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.START]["notes"])
     assert "d_k 8 0.001 2.500, 0.002 2.300, **0.004 2.100**" in notes
     assert "0.001 2.600, **0.002 2.300**;" in notes  # the base: the card's 4e-3 (1.9) is not its check
-    assert "**Another rate did better** for d_k 8 at 0.004 (2.100 against 2.300): that cell is read below its" in notes
+    assert "**Another rate did better** for d_k 8 at 0.004 (2.100 against 2.300 at 0.002): that cell is read below its" in notes
     earlier = " ".join(T.build(fake_root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.EARLIER]["notes"])
     assert "Rate check" not in earlier  # a row with a grid says its edges as before
 
@@ -678,3 +678,9 @@ def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake
     line = next(x for x in md.splitlines() if x.startswith("| B | d_k 8 |"))
     assert line.endswith("| -2.00 " + V.interval_text(at["interval"]) + ", n 3/3, not recorded | **agrees** |"), line
     assert "**At 4x** (1 cell read so far)" in md
+    # a cell whose seeds run at the rate its check chose (1e-3) is read against that rate, not the row's
+    from headsweep.reports.sweep.lr import rate_check_lines
+
+    (line,) = rate_check_lines([("d_model 512", {0.001: 2.2, 0.002: 2.464}, 0.001)])
+    assert "d_model 512 **0.001 2.200**, 0.002 2.464" in line and "Another rate" not in line
+    assert line.endswith("ran at the best rate tried (tried on one side only: d_model 512).")

@@ -246,15 +246,14 @@ def grid_only_line(grid: list) -> str:
     )
 
 
-def rate_checks(root: Path, cells: list[Cell]) -> tuple[dict, float] | None:
-    """A row run at one rate (no grid): (the checks of that rate on its cells' seed 1 found in results/
-    (other_rates), the rate); None where the row's rates differ or nothing was checked."""
-    rates = {r.flat.get(LR_KEY) for c in cells for r in c.runs}
+def rate_checks(root: Path, cells: list[Cell]) -> list | None:
+    """A row run without a grid (one rate, or a rate set per cell after its check): [label, {rate: val loss},
+    the cell's rate] for each cell whose seed 1 has runs at other rates in results/ (other_rates); None where none
+    has."""
     seed_1 = {c.label: next((r for r in c.runs if r.seed == 1), None) for c in cells}
-    if len(rates) != 1 or None in rates:
-        return None
-    checks = other_rates(root, {label: r for label, r in seed_1.items() if r is not None})
-    return (checks, rates.pop()) if checks else None
+    seed_1 = {label: r for label, r in seed_1.items() if r is not None and r.flat.get(LR_KEY) is not None}
+    checks = other_rates(root, seed_1)
+    return [[label, rates, seed_1[label].flat[LR_KEY]] for label, rates in checks.items()] or None
 
 
 def edge_words(root: Path, grid_runs: list) -> list[str]:
@@ -300,8 +299,7 @@ def notes(info: dict, names: dict) -> list[str]:
         )
         lines += info["edges"]
         if info.get("rate_checks"):
-            checks, rate = info["rate_checks"]
-            lines += rate_check_lines({names.get(label, label): v for label, v in checks.items()}, rate)
+            lines += rate_check_lines([(names.get(label, label), v, rate) for label, v, rate in info["rate_checks"]])
     if info["missing"]:
         lines.append(f"Not run yet: {', '.join(info['missing'])}.")
     if info["left_out"]:

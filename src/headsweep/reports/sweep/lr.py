@@ -210,28 +210,29 @@ def other_rates(root: Path, runs: dict[str, Run]) -> dict[str, dict[float, float
     return {label: rates for label, rates in found.items() if len(rates) > 1}
 
 
-def rate_check_lines(checks: dict[str, dict[float, float]], rate: float) -> list[str]:
-    """One line per check (other_rates, labels as the page names its cells): each rate's final val loss, the
-    best in bold, and whether the sweep's one rate was the best tried, with rates on both sides of it."""
+def rate_check_lines(checks: list[tuple[str, dict[float, float], float]]) -> list[str]:
+    """One line for a row's checks ((label as the page names the cell, other_rates' {rate: val loss}, the rate
+    its seeds ran at)): each rate's final val loss, the best in bold, and whether each cell's own rate was the
+    best tried, with rates on both sides of it."""
     if not checks:
         return []
     parts, beaten, one_side = [], [], []
-    for label, rates in checks.items():
+    for label, rates, rate in checks:
         best = min(rates, key=lambda v: (rates[v], v))
-        parts.append(
-            f"{label} "
-            + ", ".join(
-                f"**{lr_text(v)} {_f(x, 3)}**" if v == best else f"{lr_text(v)} {_f(x, 3)}"
-                for v, x in sorted(rates.items())
-            )
-        )
+        shown = [
+            f"**{lr_text(v)} {_f(x, 3)}**" if v == best else f"{lr_text(v)} {_f(x, 3)}"
+            for v, x in sorted(rates.items())
+        ]
+        parts.append(f"{label} " + ", ".join(shown))
         if best != rate:
-            beaten.append(f"{label} at {lr_text(best)} ({_f(rates[best], 3)} against {_f(rates.get(rate), 3)})")
+            beaten.append(
+                f"{label} at {lr_text(best)} ({_f(rates[best], 3)} against {_f(rates.get(rate), 3)} at {lr_text(rate)})"
+            )
         elif not (min(rates) < rate < max(rates)):
             one_side.append(label)
     line = (
-        f"Rate check (seed 1 at other rates than {lr_text(rate)}, the same experiment in any sweep of results/, "
-        f"same machine class; final val loss): {'; '.join(parts)}. "
+        "Rate check (seed 1 at other rates than its seeds', the same experiment in any sweep of results/, same "
+        f"machine class; final val loss): {'; '.join(parts)}. "
     )
     if beaten:
         line += (
@@ -239,7 +240,7 @@ def rate_check_lines(checks: dict[str, dict[float, float]], rate: float) -> list
             f"{'that cell is read below its' if len(beaten) == 1 else 'those cells are read below their'} best rate."
         )
     else:
-        line += f"{lr_text(rate)} is the best rate tried for every cell checked" + (
+        line += "Each cell checked ran at the best rate tried" + (
             f" (tried on one side only: {', '.join(one_side)})." if one_side else ", with a worse rate on both sides."
         )
     return [line]
