@@ -680,7 +680,7 @@ def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake
     assert line.endswith("| -2.00 " + V.interval_text(at["interval"]) + ", n 3/3, not recorded | **agrees** |"), line
     assert "**At 4x** (1 cell read so far)" in md
     # a cell whose seeds run at the rate its check chose (1e-3) is read against that rate, not the row's
-    from headsweep.reports.sweep.lr import rate_check_lines
+    from headsweep.reports.sweep.rate_check import rate_check_lines
 
     (line,) = rate_check_lines([("d_model 512", {0.001: 2.2, 0.002: 2.464}, 0.001)])
     assert "d_model 512 **0.001 2.200**, 0.002 2.464" in line and "Another rate" not in line

@@ -14,8 +14,9 @@ from pathlib import Path
 from headsweep.reports.pages.table3_paper import f
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
-from headsweep.reports.sweep.lr import choices, edge_section, other_rates, rate_check_lines, split_grid_runs
+from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
 from headsweep.reports.sweep.page import stuck_runs
+from headsweep.reports.sweep.rate_check import other_rates, rate_check_lines
 from headsweep.reports.sweep.stuck import gap_words
 from headsweep.reports.sweep.summary import cell_numbers
 from headsweep.sweeps.lr_select import LR_KEY
