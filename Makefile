@@ -54,7 +54,7 @@ WHEELS ?= wheels
 PYTHON_VERSION ?=
 DEV ?=
 
-.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget budgets budgets-report analyze prune clean \
+.PHONY: help setup lint train smoke test test-all bench params evaluate sweep checks table3 table3-report migrate-results results-check report report-check explain lengths budget budgets budgets-report analyze ranks prune clean \
 	wheels install-offline gpu-check
 
 help:  ## List the targets
@@ -181,6 +181,9 @@ wandb-views: setup  ## A W&B report per question + a workspace view; specs in wa
 
 analyze: setup  ## Head importance, pruning, roles and attention maps: make analyze CKPT=... [SPLIT=val]
 	$(PY) -m headsweep.analysis.analyze --ckpt "$(CKPT)" $(if $(SPLIT),--split $(SPLIT)) $(ARGS)
+
+ranks: setup  ## Attention rank and entropy per head (low-rank bottleneck) of a sweep's finished jobs here, into results/: make ranks SWEEP=long_sequences
+	$(PY) -m headsweep.analysis.rank --sweep "$(SWEEP)" $(ARGS)
 
 prune: setup  ## Prune heads while fine-tuning (concrete gates, L0) vs Michel's: make prune CKPT=<run> [LAMBDAS="0 0.01 0.1" STEPS=300]
 	$(PY) -m headsweep.analysis.prune --ckpt "$(CKPT)" $(if $(LAMBDAS),--lambdas $(LAMBDAS)) $(if $(STEPS),--steps $(STEPS)) \

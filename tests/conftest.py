@@ -116,9 +116,17 @@ def seen(view: Path) -> dict:
 
 @pytest.fixture
 def bf16_cpu(monkeypatch):
-    """Plan the shipped bf16 sweeps as on a CPU with bf16 units: a test that reads their plan would otherwise
-    stop where an AVX2-only CPU refuses to resume them (the refusal has its own test)."""
+    """Plan the shipped bf16 sweeps as on the CPU class most of their bases trained on (Xeon AMX): a test that
+    reads their plan would otherwise stop where an AVX2-only CPU refuses to resume them (the refusal has its own
+    test), or find another class's base job planned here (classes.class_bases, tested apart) on another CPU."""
+    import headsweep.machine
+
     monkeypatch.setattr("headsweep.sweeps.sweep_settings.cpu_has_bf16", lambda: True)
+    monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)  # ${auto_precision:}
+    here = headsweep.machine.this_class
+    monkeypatch.setattr(
+        "headsweep.sweeps.classes.this_class", lambda on_gpu: here(on_gpu) if on_gpu else "AVX512 + AMX (bf16 units)"
+    )
 
 
 @pytest.fixture

@@ -814,3 +814,144 @@ def test_a_budgets_store_gets_no_sweep_page_and_the_index_points_to_the_budgets_
     write_index(out, root, questions=[])
     index = (out / "index.md").read_text()
     assert "table3_c_budgets" not in index  # no "runs but no report yet": the budgets page (a view) reads it
+
+
+def make_joined_run(root: Path, data_dir: Path, h: int, join: int, seed: int, bleu: float, hyps: list[str]):
+    """A lengths run: row A's h at data.join sentence pairs per example (test hypotheses joined as its data)."""
+    d_k = 256 // h
+    cell = f"h{h}-dk{d_k}-dv{d_k}-join{join}"
+    run = root / f"{cell}-s{seed}"
+    (run / "hypotheses").mkdir(parents=True)
+    cfg = compose(
+        [
+            f"model.heads={h}",
+            f"data.join={join}",
+            f"data.max_len={128 * join}",
+            f"seed={seed}",
+            "sweep=lengths",
+            f"run_name={cell}-s{seed}",
+            f"tags=[cell-{cell}{',base' if (h, join) == (8, 1) else ''}]",
+            f"paths.output_dir={run}",
+            f"data.dir={data_dir}",
+            "data.test_split=test",
+            "data.limit_eval=4",
+            "module.test_beam_size=1",
+        ]
+    )
+    hyp = run / "hypotheses" / "test.beam.en"
+    joined = [" ".join(hyps[i : i + join]) for i in range(0, 4, join)]
+    hyp.write_text("".join(x + "\n" for x in joined))
+    results = {
+        "status": "complete",
+        "run_name": f"{cell}-s{seed}",
+        "sweep": "lengths",
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "params": {"total": 7_577_600},
+        "hypotheses": {"test.beam": str(hyp)},
+        "metrics": {
+            "test/bleu": bleu,
+            "test/chrf": 50.0,
+            "val/bleu": bleu,
+            "val/ppl": 9.0,
+            "test/ppl": 9.0,
+            "train/steps": cfg.trainer.max_steps,
+        },
+    }
+    write_results(run, results)
+    (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")
+
+
+def test_a_cell_at_another_length_is_compared_with_the_base_at_its_length(tmp_path):
+    """The lengths sweep: h = 32 at join 2 against h = 8 at join 2 (its length's base), not against the join 1
+    base, although data.max_len differs between the lengths (it follows data.join); h = 8 at join 2 against
+    nothing (BLEU over joined segments is another test set); h = 32 at join 1 against the base. No joined cell
+    has a paper row (Table 3 joins nothing)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "lengths"
+    good, bad = CELLS[8]["hyps"], CELLS[4]["hyps"]
+    bleus = {(8, 1): [30.0, 31.0], (32, 1): [28.0, 29.0], (8, 2): [36.0, 38.0], (32, 2): [33.0, 34.0]}
+    for (h, join), values in bleus.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_joined_run(root, data, h, join, seed, bleu, good if h == 8 else bad)
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    assert {"data.join", "data.max_len"} <= set(R.varied_keys(cells))
+    N.summarize(cells, n_samples=100)
+    rows = {c.label: c.row for c in cells}
+    long_h32, long_h8 = rows["h32-dk8-dv8-join2"], rows["h8-dk32-dv32-join2"]
+    assert long_h32["against"] == "h8-dk32-dv32-join2" and long_h32["delta"] == pytest.approx(33.5 - 37.0)
+    assert long_h32["against_words"] == "the base at its length"
+    # the base at another length is compared with nothing: joined segments are another test set
+    assert long_h8["against"] is None and long_h8["delta"] is None and long_h8["own_base"]
+    assert rows["h32-dk8-dv8-join1"]["against"] is None
+    assert rows["h32-dk8-dv8-join1"]["delta"] == pytest.approx(28.5 - 30.5)
+    assert long_h32["paper"] is None and long_h8["paper"] is None and rows["h32-dk8-dv8-join1"]["paper"] is not None
+    assert long_h32["p_bootstrap"] is not None  # the paired bootstrap pairs joined hypotheses with joined references
+    assert N.early_references(cells)["h32-dk8-dv8-join2"].label == "h8-dk32-dv32-join2"
+    assert any(
+        "against h8-dk32-dv32-join2 (the base at its length)" in w
+        or "than h8-dk32-dv32-join2 (the base at its length)" in w
+        for w in N.verdicts(cells)
+    )
+
+
+def test_the_rank_table_reads_each_seeds_measure_and_leaves_out_cells_with_none(tmp_path):
+    """The sweep page's attention-rank table (reports.sweep.ranks): per cell, the encoder heads' logit rank
+    averaged over layers and heads, then mean ± sd over the seeds measured; its share of min(n, d_k); the
+    cross-attention entropy beside a uniform head's. A cell with no measure is not in the table."""
+    from headsweep.reports.sweep.ranks import rank_rows, rank_section
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "lengths"
+    for (h, join), values in {(8, 1): [30.0, 31.0], (32, 2): [33.0, 34.0]}.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_joined_run(root, data, h, join, seed, bleu, CELLS[8]["hyps"])
+
+    def measure(logit: list[list[float]], cross: float) -> dict:
+        layers = [{"entropy": [1.0] * len(x), "logit_rank": x, "map_rank": [10.0] * len(x)} for x in logit]
+        return {
+            "heads": 32,
+            "d_k": 8,
+            "kinds": {
+                "enc_self": {"keys": 110.0, "uniform_entropy": 4.6, "layers": layers},
+                "cross": {"keys": 110.0, "uniform_entropy": 4.6, "layers": [{"entropy": [cross, cross]}]},
+            },
+        }
+
+    (root / "h32-dk8-dv8-join2-s1" / "attention_rank.json").write_text(json.dumps(measure([[7, 8], [6, 7]], 4.6)))
+    (root / "h32-dk8-dv8-join2-s2" / "attention_rank.json").write_text(json.dumps(measure([[4, 4], [4, 4]], 4.4)))
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    assert rank_rows(cells) == [
+        [
+            "h32-dk8-dv8-join2",
+            "32",
+            "8",
+            "110",
+            "5.5 ± 2.1",
+            "69%",
+            "10.0 ± 0.0",
+            "1.00 ± 0.00",
+            "4.50 ± 0.14 (4.60)",
+            "2",
+        ]
+    ]
+    assert "## Attention rank" in rank_section(cells) and rank_section(cells[:1]) is None
+
+
+def test_a_sweep_named_like_a_views_page_is_refused_and_no_spec_is(tmp_path):
+    """A sweep page is reports/<sweep>.md: a sweep named `lengths` would overwrite `make lengths`' page (the
+    long-sequence sweep was first run under that name). Refused before anything is read or written; no sweep
+    spec or variant in sweeps/ has such a name, nor has any folder of results/."""
+    from headsweep.sweeps.specs import sweep_names
+
+    with pytest.raises(R.ReportError, match=r"over the page of `make lengths`"):
+        R.write_report("lengths", tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert R.page_of_a_view("table3_h200") == "make table3-report SUFFIX=_<card>" and R.page_of_a_view("cells")
+    assert [s for s in sweep_names() if R.page_of_a_view(s)] == []
+    assert [d.name for d in Path("results").iterdir() if R.page_of_a_view(d.name)] == []

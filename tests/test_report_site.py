@@ -519,7 +519,7 @@ def test_the_reproduce_line_gives_a_cells_extra_seed_its_own_command(tmp_path):
     )
 
 
-def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tmp_path, capsys):
+def test_every_sweep_page_opens_with_its_question_protocol_command_and_banner(tmp_path, capsys, bf16_cpu):
     data = references(tmp_path)
     root = tmp_path / "results"
     sweep = table3_a(root, data)

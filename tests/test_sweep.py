@@ -49,7 +49,7 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 SHIPPED = SWEEPS_DIR.parent / "results"
 PINNED = ("model.init_wo_gain=", "model.init_ff2_gain=")  # the residual outputs' start its shipped runs had
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
-# (init_scale: the residual outputs' starting scale, heads_fixed_dk_mup_init: full muP; lengths: row A at 1 and 8
+# (init_scale: the residual outputs' starting scale, heads_fixed_dk_mup_init: full muP; long_sequences: row A at 1 and 8
 # sentence pairs per example)
 AFTER_FREEZE = {
     "heads_wo_mirror",
@@ -59,8 +59,8 @@ AFTER_FREEZE = {
     "init_scale_edge",
     "init_scale_prenorm",
     "heads_fixed_dk_mup_init",
-    "lengths",
-    "lengths_rates",
+    "long_sequences",
+    "long_sequences_rates",
 }
 TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
@@ -110,7 +110,7 @@ def test_every_ablation_has_a_small_and_a_paper_spec():
         "heads_wo_mirror",
         "init_scale",
         "kv_heads",
-        "lengths",
+        "long_sequences",
         *(f"table3_{r}" for r in "abcde"),
     ]
 
@@ -607,7 +607,7 @@ def test_wandb_spec_of_a_variant_is_the_file_it_replaced(tmp_path):
     )
 
 
-def test_bad_override_stops_before_any_job(tmp_path, capsys, no_launch):
+def test_bad_override_stops_before_any_job(tmp_path, capsys, no_launch, bf16_cpu):
     assert S.main(["--sweep", "table3_e", "--root", str(tmp_path), "model.positons=learned"]) == 2
     assert "Could not override 'model.positons'" in capsys.readouterr().err
     assert S.main(["--sweep", "table3_e", "--root", str(tmp_path), "seed=3"]) == 2

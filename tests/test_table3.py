@@ -123,7 +123,7 @@ def test_a_finished_run_under_another_start_in_a_row_is_one_line(tmp_path, capsy
 
 
 @pytest.mark.skipif(not (SHIPPED / "table3_b_fan_in").is_dir(), reason="no shipped table3_b_fan_in")
-def test_row_b_is_the_shipped_sweep_and_finds_every_job_done(tmp_path, capsys, monkeypatch):
+def test_row_b_is_the_shipped_sweep_and_finds_every_job_done(tmp_path, capsys, monkeypatch, bf16_cpu):
     monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: True)
     assert P.main(["--rows", "B", "--start", "unit", "--dry", "--results", str(SHIPPED), "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out

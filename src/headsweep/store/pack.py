@@ -43,6 +43,8 @@ from headsweep.store.store import RUNS
 GZ = ".gz"
 METRICS = "metrics.csv"
 ANALYSIS = Path("analysis") / "analysis.json"  # a run's head analysis, relative to its directory
+# a run's attention-rank measures (python -m headsweep.analysis.rank), beside results.json: a few KB, plain
+ATTENTION_RANK = "attention_rank.json"
 # One run's stored outputs (results.json, metrics.csv, gzipped hypotheses, analysis with palette PNGs), in
 # bytes. Packed, the 242 shipped runs measure 0.04-0.50 MB (the largest: a run with the head analysis and its
 # 8 figures); 1 MiB leaves room for a longer test set, and a run with full-colour figures and plain hypotheses
@@ -182,6 +184,12 @@ def analysis_file(run_dir: Path) -> Path | None:
     analysis/analysis.json.gz (a stored run); None where the run has none."""
     plain = Path(run_dir) / ANALYSIS
     return next((p for p in (plain, plain.with_name(plain.name + GZ)) if p.is_file()), None)
+
+
+def read_attention_rank(run_dir: Path) -> dict | None:
+    """A run's attention_rank.json as a dict; None where the run has none."""
+    path = Path(run_dir) / ATTENTION_RANK
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def read_analysis(run_dir: Path) -> dict | None:

@@ -20,6 +20,7 @@ was long enough (report_convergence). With WANDB_MODE=online the table also goes
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
@@ -33,7 +34,7 @@ from headsweep.reports.pages.compare import report_section
 from headsweep.reports.pages.verdicts import ALPHA
 from headsweep.reports.site import questions as Q
 from headsweep.reports.site.experiments import run_identity
-from headsweep.reports.site.index import index_record
+from headsweep.reports.site.index import CELLS, VIEWS, index_record
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep import stuck_words
@@ -43,6 +44,7 @@ from headsweep.reports.sweep.complete import incomplete
 from headsweep.reports.sweep.lr import lr_section, split_grid_runs
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
 from headsweep.reports.sweep.protocol import protocol_lines, start_banner
+from headsweep.reports.sweep.ranks import rank_section
 from headsweep.reports.sweep.similarity import similarity_curves
 from headsweep.reports.sweep.summary import (
     FLOPS,
@@ -113,9 +115,15 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
     ]
     scaled = sorted({c.row["against"] for c in cells if c.row.get("against")})
     if scaled:
+        words = {w for c in cells if (w := c.row.get("against_words"))}
+        other = " or ".join(
+            ["model size (N, d_model, d_ff)"] * any("size" in w for w in words)
+            + ["length (data.join, sentence pairs per example)"] * any("length" in w for w in words)
+        )
         lines.append(
-            "Cells of another model size (N, d_model, d_ff) than the base are compared with the base scaled to "
-            f"their size ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
+            f"Cells of another {other} than the base are compared with the base at their "
+            + " and ".join(["size"] * ("size" in other) + ["length"] * ("length" in other))
+            + f" ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
             "'against'), and that cell with the base; one Holm correction covers every comparison."
         )
     same = [f"{cells[0].row['params_M']:.2f} M parameters"] * (not varies(cells, "params_M"))
@@ -269,6 +277,14 @@ def stuck_runs(
     }
 
 
+def page_of_a_view(sweep: str) -> str | None:
+    """The command whose page a sweep's page would overwrite (make lengths writes reports/lengths.md), else
+    None: the site's own pages and every cross-sweep view."""
+    site = {"index.md": "make report", CELLS: "make report", "glossary.md": "make report", "compare.md": "make report"}
+    own = [(name, command) for name, command in site.items()] + [(pattern, command) for pattern, _, command in VIEWS]
+    return next((command for pattern, command in own if fnmatch.fnmatchcase(f"{sweep}.md", pattern)), None)
+
+
 def write_report(
     sweep: str,
     root: Path = Path("results"),
@@ -286,6 +302,11 @@ def write_report(
         report_stuck.check_threshold(stuck_threshold)
     except ValueError as e:
         raise ReportError(str(e)) from None
+    if clash := page_of_a_view(sweep):
+        raise ReportError(
+            f"sweep '{sweep}' would write reports/{sweep}.md over the page of `{clash}`: run it under another "
+            "name (NAME=..., or rename its spec)"
+        )
     sweep_dir = root / sweep
     if not sweep_dir.is_dir():
         raise ReportError(
@@ -336,7 +357,7 @@ def write_report(
     figures = plots(sweep, cells, keys, out_dir, spread) + [f for f in (curves, similarity) if f] + lr_figures
     head = title(sweep, cells, keys)
     checks = (init_check_section(cells), update_check_section(cells))  # at init, and in the first steps
-    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), *checks) if s]
+    sections = [s for s in (lr_md, analysis_section(sweep, cells, out_dir), rank_section(cells), *checks) if s]
     md = sweep_markdown(
         head,
         notes(sweep_dir, runs, cells, info, left_out),

@@ -23,6 +23,8 @@ from headsweep.sweeps.paper import table3
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
 SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
+# another task length (sentence pairs per example): a cell at another length is compared with the base at its length
+LENGTH = "data.join"
 METRICS = (
     ("val_ppl", "val/ppl"),
     ("val_bleu", "val/bleu"),
@@ -124,27 +126,61 @@ def cell_numbers(c: Cell) -> dict:
 
 
 def scaled_settings(c: Cell, other_keys: list[str]) -> tuple:
-    """A cell's settings with its size taken out: d_k and d_v relative to d_model, the rest as they are."""
+    """A cell's settings with its size and length taken out: d_k and d_v relative to d_model, the rest as they
+    are (other_keys: the off-table varied settings, those that follow the length left out by free_keys)."""
     flat = c.runs[0].flat
     s = settings(flat)
     rest = sorted((k, repr(v)) for k, v in s.items() if k not in (*SCALE, "d_k", "d_v"))
     return (s["d_k"] / s["d_model"], s["d_v"] / s["d_model"], *rest, *(repr(flat.get(k)) for k in other_keys))
 
 
+def stratum(c: Cell) -> tuple:
+    """What a cell is compared within: its model size (N, d_model, d_ff) and its length (data.join; runs from
+    before the setting joined nothing)."""
+    flat = c.runs[0].flat
+    return (*(settings(flat)[k] for k in SCALE), flat.get(LENGTH, 1))
+
+
+def free_keys(cells: list[Cell], other_keys: list[str]) -> list[str]:
+    """The off-table varied settings a cell is matched on across strata: not the length, nor a setting that
+    takes one value per length (data.max_len, raised with data.join by the lengths sweep)."""
+    if LENGTH not in other_keys:
+        return other_keys
+    per_length: dict[str, dict] = {}
+    for c in cells:
+        for k in other_keys:
+            per_length.setdefault(k, {}).setdefault(c.runs[0].flat.get(LENGTH, 1), set()).add(
+                repr(c.runs[0].flat.get(k))
+            )
+    return [k for k in other_keys if k != LENGTH and any(len(v) > 1 for v in per_length[k].values())]
+
+
 def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[str]) -> Cell | None:
-    """What a cell is compared with: the base, but a cell of another model size (N, d_model, d_ff) is compared
-    with the base scaled to its size (the same h, d_k / d_model, d_v / d_model and other settings:
-    heads_by_width's h = 8 at d_model 512) where the sweep has that cell; that cell itself with the base. Row
-    A's question at each width is which h is best there, not how a wider model compares with a narrower base."""
+    """What a cell is compared with: the base, but a cell of another model size (N, d_model, d_ff) or length
+    (data.join) is compared with the base at its size and length (the same h, d_k / d_model, d_v / d_model
+    and other settings: heads_by_width's h = 8 at d_model 512, lengths' h = 8 at join 8) where the sweep has
+    that cell; that cell itself with the base at a size, with nothing at a length (None, as the base: BLEU
+    over joined segments is another test set). Row A's question at each width or length is which h is best
+    there, not how a wider model or a longer task compares with the base's."""
     if base is None or c is base:
         return None
-    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
-    if size(c) == size(base):
+    if stratum(c) == stratum(base):
         return base
-    like_base = scaled_settings(base, other_keys)
-    return next(
-        (o for o in cells if o is not c and size(o) == size(c) and scaled_settings(o, other_keys) == like_base), base
+    free = free_keys(cells, other_keys)
+    like_base = scaled_settings(base, free)
+    found = next(
+        (o for o in cells if o is not c and stratum(o) == stratum(c) and scaled_settings(o, free) == like_base), None
     )
+    if found is None and c.runs[0].flat.get(LENGTH, 1) != base.runs[0].flat.get(LENGTH, 1):
+        return None  # the base at another length: another test set (joined segments), so no Δ across lengths
+    return found or base
+
+
+def reference_words(ref: Cell, base: Cell) -> str:
+    """'the base at its size', '... at its length' or '... at its size and length': how ref stands for the base."""
+    size = [settings(ref.runs[0].flat)[k] for k in SCALE] != [settings(base.runs[0].flat)[k] for k in SCALE]
+    length = ref.runs[0].flat.get(LENGTH, 1) != base.runs[0].flat.get(LENGTH, 1)
+    return "the base at its " + " and ".join(["size"] * size + ["length"] * length)
 
 
 def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
@@ -160,16 +196,16 @@ def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
 
 def early_references(cells: list[Cell]) -> dict[str, Cell]:
     """Each cell's reference for early val loss (report_stuck): the base, or the base at the cell's model size
-    where the sweep has it (the cell `reference` compares it with), that cell itself included; with no cell
-    tagged base, the first cell stands in."""
+    and length where the sweep has it (the cell `reference` compares it with), that cell itself included; with
+    no cell tagged base, the first cell stands in."""
     base = next((c for c in cells if c.base), cells[0])
     other_keys = off_table_keys(cells, base)
-    size = lambda x: tuple(settings(x.runs[0].flat)[k] for k in SCALE)  # noqa: E731
-    like_base = scaled_settings(base, other_keys)
+    free = free_keys(cells, other_keys)
+    like_base = scaled_settings(base, free)
     refs = {}
     for c in cells:
-        if c is not base and size(c) != size(base) and scaled_settings(c, other_keys) == like_base:
-            refs[c.label] = c  # the base at its size: its own runs set the normal early loss there
+        if c is not base and stratum(c) != stratum(base) and scaled_settings(c, free) == like_base:
+            refs[c.label] = c  # the base at its size and length: its own runs set the normal early loss there
         else:
             refs[c.label] = reference(c, cells, base, other_keys) or base
     return refs
@@ -272,6 +308,8 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
             p_bootstrap=None,
             p_bootstrap_note=None,
             against=None if ref is None or ref is base else ref.label,
+            against_words=None if ref is None or ref is base else reference_words(ref, base),
+            own_base=ref is None and c is not base,  # the base at another length: compared with nothing
         )
         if ref is not None:
             row.update(seed_comparison(ref, c))  # the verdict's numbers: over seeds, within one machine class
@@ -323,7 +361,7 @@ def verdicts(cells: list[Cell]) -> list[str]:
         r = c.row
         if c.base or (r["delta"] is None and not r.get("cross_class")):
             continue
-        ref = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
+        ref = f"{r['against']} ({r['against_words']})" if r.get("against") else "the base"
         lines.append(verdict_line(display(c), ref, r))
     return lines
 

@@ -96,7 +96,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
         row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"])]
         row += [f"{len(r['stuck_seeds'])} of {r['checked']}" if r.get("stuck_seeds") else "—"] * stuck
-        row += [r.get("against") or ("—" if c.base else "base")] * scaled
+        row += [r.get("against") or ("—" if c.base or r.get("own_base") else "base")] * scaled
         row += [
             "—" if r["delta"] is None else f"{r['delta']:+.2f}",
             interval_text(r.get("interval")),  # over seeds (Welch); p Holm: Holm over the Welch p-values
@@ -131,7 +131,9 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         f"{r['attn_mflops']:.3f} MFLOP per token at {r['flops_context']} tokens of context",
     ]
     if not c.base and r["delta"] is not None:
-        against = f"{r['against']} (the base at its size)" if r.get("against") else "the base"
+        against = (
+            f"{r['against']} ({r.get('against_words') or 'the base at its size'})" if r.get("against") else "the base"
+        )
         lines.append(
             f"- against {against}: Δ test BLEU {r['delta']:+.2f}, "
             + (f"{r.get('n_compared', r['n'])} seeds against {r['n_base']}, " if r["interval"] else "")
