@@ -828,7 +828,7 @@ def make_joined_run(root: Path, data_dir: Path, h: int, join: int, seed: int, bl
             f"data.join={join}",
             f"data.max_len={128 * join}",
             f"seed={seed}",
-            "sweep=lengths",
+            "sweep=long_sequences",
             f"run_name={cell}-s{seed}",
             f"tags=[cell-{cell}{',base' if (h, join) == (8, 1) else ''}]",
             f"paths.output_dir={run}",
@@ -844,7 +844,7 @@ def make_joined_run(root: Path, data_dir: Path, h: int, join: int, seed: int, bl
     results = {
         "status": "complete",
         "run_name": f"{cell}-s{seed}",
-        "sweep": "lengths",
+        "sweep": "long_sequences",
         "config": OmegaConf.to_container(cfg, resolve=True),
         "params": {"total": 7_577_600},
         "hypotheses": {"test.beam": str(hyp)},
@@ -869,7 +869,7 @@ def test_a_cell_at_another_length_is_compared_with_the_base_at_its_length(tmp_pa
     data = tmp_path / "data"
     data.mkdir()
     (data / "test.en").write_text("".join(r + "\n" for r in REFS))
-    root = tmp_path / "multirun" / "lengths"
+    root = tmp_path / "multirun" / "long_sequences"
     good, bad = CELLS[8]["hyps"], CELLS[4]["hyps"]
     bleus = {(8, 1): [30.0, 31.0], (32, 1): [28.0, 29.0], (8, 2): [36.0, 38.0], (32, 2): [33.0, 34.0]}
     for (h, join), values in bleus.items():
@@ -890,6 +890,8 @@ def test_a_cell_at_another_length_is_compared_with_the_base_at_its_length(tmp_pa
     assert long_h32["paper"] is None and long_h8["paper"] is None and rows["h32-dk8-dv8-join1"]["paper"] is not None
     assert long_h32["p_bootstrap"] is not None  # the paired bootstrap pairs joined hypotheses with joined references
     assert N.early_references(cells)["h32-dk8-dv8-join2"].label == "h8-dk32-dv32-join2"
+    md = R.write_report("long_sequences", root.parent, tmp_path / "out", n_samples=20)[0].read_text()
+    assert "h8-dk32-dv32-join2: the base at its length, compared with no cell of another length" in md
     assert any(
         "against h8-dk32-dv32-join2 (the base at its length)" in w
         or "than h8-dk32-dv32-join2 (the base at its length)" in w
@@ -906,7 +908,7 @@ def test_the_rank_table_reads_each_seeds_measure_and_leaves_out_cells_with_none(
     data = tmp_path / "data"
     data.mkdir()
     (data / "test.en").write_text("".join(r + "\n" for r in REFS))
-    root = tmp_path / "multirun" / "lengths"
+    root = tmp_path / "multirun" / "long_sequences"
     for (h, join), values in {(8, 1): [30.0, 31.0], (32, 2): [33.0, 34.0]}.items():
         for seed, bleu in enumerate(values, start=1):
             make_joined_run(root, data, h, join, seed, bleu, CELLS[8]["hyps"])

@@ -126,6 +126,11 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
             + f" ({', '.join(scaled)}: the same h, d_k / d_model and d_v / d_model; column "
             "'against'), and that cell with the base; one Holm correction covers every comparison."
         )
+    if own := [c.label for c in cells if c.row.get("own_base")]:
+        lines.append(
+            f"{', '.join(own)}: the base at {'their lengths' if len(own) > 1 else 'its length'}, compared with "
+            "no cell of another length (BLEU over joined segments is another test set, not a harder one)."
+        )
     same = [f"{cells[0].row['params_M']:.2f} M parameters"] * (not varies(cells, "params_M"))
     same += [f"{cells[0].row['steps']:.0f} training steps"] * all(c.row["steps"] == c.row["max_steps"] for c in cells)
     for key in ("precision", "compile"):
