@@ -218,7 +218,8 @@ def index_markdown(
     order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
     for qid in order:
         lines += [f"- **{qid}**", *("  " + item for item in with_edges(by_question[qid], asks, late, shared))]
-    lines += [f"- {name}: runs but no report yet: `make report SWEEP={name}`" for name in unreported]
+    # one line for them all: a rate grid's phase 1 has runs and no page for a while, and the index has 3 screens
+    lines += ["- Runs but no report yet (`make report SWEEP=<name>`): " + ", ".join(unreported)] * bool(unreported)
     lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
     lines += ["", "</div>", "", "## Across sweeps", ""]  # fmt: skip
     lines += [
