@@ -7,6 +7,7 @@ sweep), so rebuilding one sweep's report does not recompute the others'."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 
@@ -129,6 +130,14 @@ VIEWS = (
     ("budgets.md", "1x, 2x, 4x from one trunk per cell", "make budgets-report"),
     ("table3_h[0-9]*.md", "one card's rows, its own base", "make table3-report SUFFIX=_<card>"),
 )
+
+
+def page_of_a_view(sweep: str) -> str | None:
+    """The command whose page a sweep's page would overwrite (make lengths writes reports/lengths.md), else
+    None: the site's own pages and every cross-sweep view."""
+    site = {"index.md": "make report", CELLS: "make report", "glossary.md": "make report", "compare.md": "make report"}
+    own = [(name, command) for name, command in site.items()] + [(pattern, command) for pattern, _, command in VIEWS]
+    return next((command for pattern, command in own if fnmatch.fnmatchcase(f"{sweep}.md", pattern)), None)
 
 
 def view_pages(out_dir: Path, questions: list[dict] | None = None) -> list[tuple[Path, str, str]]:

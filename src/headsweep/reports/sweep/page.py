@@ -20,7 +20,6 @@ was long enough (report_convergence). With WANDB_MODE=online the table also goes
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ from headsweep.reports.pages.compare import report_section
 from headsweep.reports.pages.verdicts import ALPHA
 from headsweep.reports.site import questions as Q
 from headsweep.reports.site.experiments import run_identity
-from headsweep.reports.site.index import CELLS, VIEWS, index_record
+from headsweep.reports.site.index import index_record, page_of_a_view
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep import stuck_words
@@ -280,14 +279,6 @@ def stuck_runs(
         "threshold": chosen,
         "pooled_r": (report_stuck.correlation(pairs), len(pairs)) if pairs else None,
     }
-
-
-def page_of_a_view(sweep: str) -> str | None:
-    """The command whose page a sweep's page would overwrite (make lengths writes reports/lengths.md), else
-    None: the site's own pages and every cross-sweep view."""
-    site = {"index.md": "make report", CELLS: "make report", "glossary.md": "make report", "compare.md": "make report"}
-    own = [(name, command) for name, command in site.items()] + [(pattern, command) for pattern, _, command in VIEWS]
-    return next((command for pattern, command in own if fnmatch.fnmatchcase(f"{sweep}.md", pattern)), None)
 
 
 def write_report(
