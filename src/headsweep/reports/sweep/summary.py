@@ -171,16 +171,15 @@ def reference(c: Cell, cells: list[Cell], base: Cell | None, other_keys: list[st
     found = next(
         (o for o in cells if o is not c and stratum(o) == stratum(c) and scaled_settings(o, free) == like_base), None
     )
-    if found is None and c.runs[0].flat.get(LENGTH, 1) != base.runs[0].flat.get(LENGTH, 1):
+    if found is None and stratum(c)[-1] != stratum(base)[-1]:
         return None  # the base at another length: another test set (joined segments), so no Δ across lengths
     return found or base
 
 
 def reference_words(ref: Cell, base: Cell) -> str:
     """'the base at its size', '... at its length' or '... at its size and length': how ref stands for the base."""
-    size = [settings(ref.runs[0].flat)[k] for k in SCALE] != [settings(base.runs[0].flat)[k] for k in SCALE]
-    length = ref.runs[0].flat.get(LENGTH, 1) != base.runs[0].flat.get(LENGTH, 1)
-    return "the base at its " + " and ".join(["size"] * size + ["length"] * length)
+    (*size, length), (*base_size, base_length) = stratum(ref), stratum(base)
+    return "the base at its " + " and ".join(["size"] * (size != base_size) + ["length"] * (length != base_length))
 
 
 def off_table_keys(cells: list[Cell], base: Cell | None) -> list[str]:
