@@ -892,11 +892,30 @@ def test_a_cell_at_another_length_is_compared_with_the_base_at_its_length(tmp_pa
     assert N.early_references(cells)["h32-dk8-dv8-join2"].label == "h8-dk32-dv32-join2"
     md = R.write_report("long_sequences", root.parent, tmp_path / "out", n_samples=20)[0].read_text()
     assert "h8-dk32-dv32-join2: the base at its length, compared with no cell of another length" in md
+    assert "# long_sequences: test BLEU by h, d_k, d_v, join\n" in md  # max len follows the join: not in the title
     assert any(
         "against h8-dk32-dv32-join2 (the base at its length)" in w
         or "than h8-dk32-dv32-join2 (the base at its length)" in w
         for w in N.verdicts(cells)
     )
+
+
+def test_the_bleu_figure_of_lengths_puts_h_on_the_axis_and_a_line_per_join_never_max_len():
+    """data.max_len follows data.join (one value per join): neither the axis nor a line of its own. With h varied,
+    h is the axis and each join a line; with the base alone, join is the axis."""
+    from headsweep.reports.sweep.plots import bleu_axes
+
+    def cell(h, join):
+        flat = {"model.heads": h, "model.d_k": 256 // h, "model.d_v": 256 // h, "data.join": join}
+        return seed_cell(f"h{h}-join{join}", 2, base=h == 8, **flat, **{"data.max_len": 128 if join == 1 else 256})
+
+    keys = ["model.heads", "model.d_k", "model.d_v", "data.max_len", "data.join"]
+    cells = [cell(h, join) for h in (8, 32, 1) for join in (1, 8, 4)]
+    assert bleu_axes(cells, keys) == ("model.heads", ["data.join"])
+    assert bleu_axes([cell(8, join) for join in (1, 8, 4)], ["data.max_len", "data.join"]) == ("data.join", [])
+    # a max_len that does not follow the join is a setting of its own: a line
+    odd = cells + [seed_cell("h8-join4-max_len512", 2, **{**cells[2].runs[0].flat, "data.max_len": 512})]
+    assert bleu_axes(odd, keys) == ("model.heads", ["data.max_len", "data.join"])
 
 
 def test_the_rank_table_reads_each_seeds_measure_and_leaves_out_cells_with_none(tmp_path):

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.identity import follows_join
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link, with_footer
 from headsweep.reporting.markdown import table as markdown_table
@@ -82,6 +83,7 @@ def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
         t[len("row-") :] for c in cells for t in (c.runs[0].results["config"].get("tags") or []) if t.startswith("row-")
     ]
     row = max(sorted(set(rows)), key=rows.count) if rows else None
+    keys = [k for k in keys if not follows_join(k, [c.runs[0].flat for c in cells])]  # max len follows the join
     varied = ", ".join(map(reader_name, keys)) if len(cells) > 1 else "one cell"
     return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from headsweep.identity import label_part
+from headsweep.identity import follows_join, label_part
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs
 from headsweep.reports.sweep.lr import split_grid_runs
@@ -81,7 +81,9 @@ def bleu_axes(cells: list[Cell], keys: list[str]) -> tuple[str | None, list[str]
     """The x axis of the BLEU plot and the keys that split the cells into lines. The axis is a numeric
     varied setting (h first); d_k and d_v follow h, so they split nothing; the other varied settings
     each give a line (heads_by_width: h on the axis, one line per d_model). None: no such axis tells the
-    cells of a line apart, so each cell gets a slot of its own."""
+    cells of a line apart, so each cell gets a slot of its own. data.max_len set by data.join alone is neither
+    (follows_join): the axis or the lines say the join."""
+    keys = [k for k in keys if not follows_join(k, [c.runs[0].flat for c in cells])]
     numeric = [
         k
         for k in keys
