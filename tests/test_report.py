@@ -918,6 +918,35 @@ def test_the_bleu_figure_of_lengths_puts_h_on_the_axis_and_a_line_per_join_never
     assert bleu_axes(odd, keys) == ("model.heads", ["data.max_len", "data.join"])
 
 
+def test_the_best_h_and_the_ranking_are_read_one_length_at_a_time():
+    """Best h per length (per_length.best_per_length): the highest mean at each length whose cells vary h, with
+    its verdict against its length's base; a length with the base alone says nothing; one length, no words.
+    The ranking over training takes the base's length alone (same_length)."""
+    from headsweep.reports.sweep.per_length import best_per_length, same_length
+
+    def cell(h, join, bleu, delta=None, verdict=None):
+        c = seed_cell(f"h{h}-join{join}", 2, base=h == 8, **{"model.heads": h, "data.join": join})
+        c.row = {"test_bleu": bleu, "delta": delta, "verdict": verdict}
+        return c
+
+    cells = [
+        cell(8, 1, 35.7),
+        cell(32, 1, 35.1, -0.6, "inconclusive"),
+        cell(8, 2, 36.4),
+        cell(4, 2, 37.0, 0.6, "better"),
+    ]
+    cells.append(cell(8, 8, 6.7))
+    assert best_per_length(cells) == [
+        "Best h at join 1 by mean test BLEU: h 8 (35.70, 2 seeds; the base at this length: no cell's mean is above "
+        "it); 2 cells of h at this length.",
+        "Best h at join 2 by mean test BLEU: h 4 (37.00, 2 seeds; +0.60 against the base at this length, better); "
+        "2 cells of h at this length.",
+    ]
+    assert best_per_length([c for c in cells if c.runs[0].flat["data.join"] == 1]) == []
+    assert [c.label for c in same_length(cells, cells[0])] == ["h8-join1", "h32-join1"]
+    assert same_length(cells, None) == cells
+
+
 def test_the_rank_table_reads_each_seeds_measure_and_leaves_out_cells_with_none(tmp_path):
     """The sweep page's attention-rank table (reports.sweep.ranks): per cell, the encoder heads' logit rank
     averaged over layers and heads, then mean ± sd over the seeds measured; its share of min(n, d_k); the

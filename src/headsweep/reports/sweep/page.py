@@ -42,6 +42,7 @@ from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, l
 from headsweep.reports.sweep.checks import init_check_section, update_check_section
 from headsweep.reports.sweep.complete import incomplete
 from headsweep.reports.sweep.lr import lr_section, split_grid_runs
+from headsweep.reports.sweep.per_length import best_per_length
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
 from headsweep.reports.sweep.protocol import protocol_lines, start_banner
 from headsweep.reports.sweep.ranks import rank_section
@@ -83,7 +84,7 @@ def title(sweep: str, cells: list[Cell], keys: list[str]) -> str:
         t[len("row-") :] for c in cells for t in (c.runs[0].results["config"].get("tags") or []) if t.startswith("row-")
     ]
     row = max(sorted(set(rows)), key=rows.count) if rows else None
-    keys = [k for k in keys if not follows_join(k, [c.runs[0].flat for c in cells])]  # max len follows the join
+    keys = [k for k in keys if k != "data.max_len" or not follows_join(k, [c.runs[0].flat for c in cells])]
     varied = ", ".join(map(reader_name, keys)) if len(cells) > 1 else "one cell"
     return f"{sweep}: test BLEU by {varied}" + (f" (Table 3, row {row})" if row else "")
 
@@ -176,7 +177,7 @@ def sweep_markdown(
     """The page: title, what it is (top: the banner of a superseded page, its question, protocol and
     command, the pages of the same question), a contents list where it is long, notes, the table and each
     cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
-    findings = verdicts(cells)
+    findings = verdicts(cells) + best_per_length(cells)
     method = [
         SEEDS_RULE.format(alpha=ALPHA),
         POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),

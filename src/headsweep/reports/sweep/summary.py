@@ -15,6 +15,7 @@ from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.sweep.lr import split_grid_runs
+from headsweep.reports.sweep.per_length import LENGTH, same_length
 from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
 from headsweep.reports.sweep.table import display
 from headsweep.sizes import attention_flops
@@ -24,7 +25,6 @@ from headsweep.sweeps.paper import table3
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
 SCALE = ("N", "d_model", "d_ff")  # a model size; a cell of another size is compared with the base scaled to it
 # another task length (sentence pairs per example): a cell at another length is compared with the base at its length
-LENGTH = "data.join"
 METRICS = (
     ("val_ppl", "val/ppl"),
     ("val_bleu", "val/bleu"),
@@ -326,7 +326,7 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
     return {
         "base": base,
         "signature": signature,
-        "ranking": ranking_stability(cells),
+        "ranking": ranking_stability(same_length(cells, base)),  # one length's order: BLEU by length differs
         "n_samples": n_samples,
         "other_keys": other_keys,
     }
