@@ -61,6 +61,7 @@ AFTER_FREEZE = {
     "heads_fixed_dk_mup_init",
     "long_sequences",
     "long_sequences_rates",
+    "long_sequences_rates_join2",
 }
 TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet
