@@ -816,8 +816,11 @@ def test_a_budgets_store_gets_no_sweep_page_and_the_index_points_to_the_budgets_
     assert "table3_c_budgets" not in index  # no "runs but no report yet": the budgets page (a view) reads it
 
 
-def make_joined_run(root: Path, data_dir: Path, h: int, join: int, seed: int, bleu: float, hyps: list[str]):
-    """A lengths run: row A's h at data.join sentence pairs per example (test hypotheses joined as its data)."""
+def make_joined_run(
+    root: Path, data_dir: Path, h: int, join: int, seed: int, bleu: float, hyps: list[str], base_join: int = 1
+):
+    """A lengths run: row A's h at data.join sentence pairs per example (test hypotheses joined as its data); the
+    sweep's base is h 8 at base_join."""
     d_k = 256 // h
     cell = f"h{h}-dk{d_k}-dv{d_k}-join{join}"
     run = root / f"{cell}-s{seed}"
@@ -830,7 +833,7 @@ def make_joined_run(root: Path, data_dir: Path, h: int, join: int, seed: int, bl
             f"seed={seed}",
             "sweep=long_sequences",
             f"run_name={cell}-s{seed}",
-            f"tags=[cell-{cell}{',base' if (h, join) == (8, 1) else ''}]",
+            f"tags=[cell-{cell}{',base' if (h, join) == (8, base_join) else ''}]",
             f"paths.output_dir={run}",
             f"data.dir={data_dir}",
             "data.test_split=test",
@@ -898,6 +901,27 @@ def test_a_cell_at_another_length_is_compared_with_the_base_at_its_length(tmp_pa
         or "than h8-dk32-dv32-join2 (the base at its length)" in w
         for w in N.verdicts(cells)
     )
+
+
+def test_a_base_of_joined_pairs_has_no_paper_row(tmp_path):
+    """long_sequences_base_lengths: the base alone at join 8 and 4, its base cell at join 8. Table 3's base is
+    one sentence pair an example, so neither cell, the base included, is shown beside a paper row."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "long_sequences"  # its runs as the fixture writes them (sweep long_sequences)
+    for join, values in {8: [6.0, 7.0], 4: [15.0]}.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_joined_run(root, data, 8, join, seed, bleu, CELLS[8]["hyps"], base_join=8)
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    N.summarize(cells, n_samples=20)
+    rows = {c.label: c.row for c in cells}
+    assert rows["h8-dk32-dv32-join8"]["paper"] is None and rows["h8-dk32-dv32-join4"]["paper"] is None
+    assert rows["h8-dk32-dv32-join4"]["own_base"]  # compared with nothing: another test set
+    md = R.write_report("long_sequences", root.parent, tmp_path / "out", n_samples=20)[0].read_text()
+    assert "- No cell has a row in the paper's Table 3 (" in md and "so the table has no paper columns.\n" in md
+    assert "paper: Table 3 row base" not in md
 
 
 def test_the_bleu_figure_of_lengths_puts_h_on_the_axis_and_a_line_per_join_never_max_len():

@@ -49,8 +49,8 @@ FROZEN = json.loads((Path(__file__).parent / "fixtures" / "planned_jobs.json").r
 SHIPPED = SWEEPS_DIR.parent / "results"
 PINNED = ("model.init_wo_gain=", "model.init_ff2_gain=")  # the residual outputs' start its shipped runs had
 # Studies written after the jobs were frozen (fan_in protocol, no runs planned from a file of their own before)
-# (init_scale: the residual outputs' starting scale, heads_fixed_dk_mup_init: full muP; long_sequences: row A at 1 and 8
-# sentence pairs per example)
+# (init_scale: the residual outputs' starting scale, heads_fixed_dk_mup_init: full muP; long_sequences: row A at 1 and 2
+# sentence pairs per example, the base alone at 4 and 8)
 AFTER_FREEZE = {
     "heads_wo_mirror",
     "heads_identical",
@@ -62,6 +62,7 @@ AFTER_FREEZE = {
     "long_sequences",
     "long_sequences_rates",
     "long_sequences_rates_join2",
+    "long_sequences_base_lengths",
 }
 TABLE3_ROWS = {s for row in T3.ROWS.values() for s in row}  # run by `make table3`, each cell at its own rate
 MUP = {"heads_fixed_dk_mup", "heads_wo_mirror_mup"}  # issue 54's per-matrix rates as variants, none shipped yet

@@ -144,9 +144,10 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
         lines.append("\\* stopped before trainer.max_steps (trainer.max_time): those cells trained fewer steps.")
     if not shows_paper(cells):
         other = ", ".join(map(reader_name, info["other_keys"])) or "the settings varied here"
+        in_details = "; the base's row is in its details" if any(c.row.get("paper") for c in cells) else ""
         lines.append(
-            f"No cell but the base has a row in the paper's Table 3 ({other}: not among its settings), "
-            "so the table has no paper columns; the base's row is in its details."
+            f"No cell{' but the base' * bool(in_details)} has a row in the paper's Table 3 ({other}: not among its "
+            f"settings), so the table has no paper columns{in_details}."
         )
     lines += [f"{c.label}: no paired bootstrap: {note}." for c in cells if (note := c.row["p_bootstrap_note"])]
     lines += [w for c in cells for w in missing_words(c)]

@@ -8,6 +8,8 @@ LENGTH = "data.join"  # sentence pairs per example; runs from before the setting
 
 
 def length_of(cell) -> int:
+    """Sentence pairs per example. Only 1 is the paper's data: a cell at another length, a sweep's base too,
+    has no Table 3 row."""
     return cell.runs[0].flat.get(LENGTH, 1)
 
 

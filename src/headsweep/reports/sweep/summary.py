@@ -15,7 +15,7 @@ from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.sweep import stuck as report_stuck
 from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.sweep.lr import split_grid_runs
-from headsweep.reports.sweep.per_length import LENGTH, same_length
+from headsweep.reports.sweep.per_length import LENGTH, length_of, same_length
 from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
 from headsweep.reports.sweep.table import display
 from headsweep.sizes import attention_flops
@@ -316,7 +316,9 @@ def summarize(cells: list[Cell], n_samples: int = 1000) -> dict:
             row["p_bootstrap"], row["p_bootstrap_note"] = test["p"], test.get("note")
             signature = test.get("signature") or signature
         row["p_bootstrap_bound"] = row["p_bootstrap"] is not None and row["p_bootstrap"] <= floor * (1 + 1e-9)
-        off_table = base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
+        off_table = length_of(c) != 1 or (
+            base is not None and any(c.runs[0].flat.get(k) != base.runs[0].flat.get(k) for k in other_keys)
+        )
         # sizes relative to what the cell is compared with: h = 32 at d_model 512 is row A's h = 32 (d_k 16)
         scale = settings((ref if ref is not None and ref is not base else base or c).runs[0].flat) if base else None
         paper = None if off_table else paper_row(settings(c.runs[0].flat), scale, rows)
