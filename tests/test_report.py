@@ -281,6 +281,25 @@ def test_holm_adjustment_by_hand():
     assert holm([0.5, 0.9]) == [1.0, 1.0]
 
 
+def test_a_contrast_of_two_cells_is_welchs_test_and_constant_cells_only_shift_it():
+    """reporting.stats.contrast against scipy's Welch t-test: (+1, cell), (-1, base) is that test; two more cells
+    that do not vary add their difference to the estimate and nothing to the interval's width or p."""
+    from scipy.stats import ttest_ind
+
+    from headsweep.reporting.stats import contrast
+
+    cell, base = [34.54, 34.84, 34.1], [36.36, 36.79]
+    welch = ttest_ind(cell, base, equal_var=False)
+    ci = welch.confidence_interval(0.95)
+    two = contrast([(1, cell), (-1, base)])
+    assert two["estimate"] == pytest.approx(sum(cell) / 3 - sum(base) / 2)
+    assert (two["lo"], two["hi"], two["p"]) == pytest.approx((ci.low, ci.high, welch.pvalue))
+    four = contrast([(1, cell), (-1, base), (-1, [35.0, 35.0]), (1, [35.5, 35.5])])
+    assert four["estimate"] == pytest.approx(two["estimate"] + 0.5)
+    assert four["hi"] - four["lo"] == pytest.approx(ci.high - ci.low) and four["dof"] == pytest.approx(two["dof"])
+    assert contrast([(1, cell), (-1, [36.0])])["lo"] is None  # one seed: no spread to test against
+
+
 def test_welch_over_seeds_and_holm_on_its_p_in_the_table(sweep_dir):
     """The significance a sweep page shows is Table 3's rule (issue 69): Welch over seeds, Holm on its p."""
     from scipy.stats import ttest_ind
@@ -922,6 +941,38 @@ def test_a_base_of_joined_pairs_has_no_paper_row(tmp_path):
     md = R.write_report("long_sequences", root.parent, tmp_path / "out", n_samples=20)[0].read_text()
     assert "- No cell has a row in the paper's Table 3 (" in md and "so the table has no paper columns.\n" in md
     assert "paper: Table 3 row base" not in md
+
+
+def test_a_cells_gap_at_two_lengths_is_compared_over_seeds(tmp_path):
+    """per_length.length_interactions: h 32's Δ at join 2 minus its Δ at join 1, over the four cells' seeds, is
+    (33.5 - 37.0) - (28.75 - 30.5) = -1.75 with a Welch-Satterthwaite interval; with a single seed somewhere there is
+    an estimate and no interval."""
+    from headsweep.reporting.stats import contrast
+    from headsweep.reports.sweep.per_length import length_interactions
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "long_sequences"
+    bleus = {(8, 1): [30.0, 31.0], (32, 1): [28.0, 29.5], (8, 2): [36.0, 38.0], (32, 2): [33.0, 34.0], (1, 2): [37.0]}
+    bleus[(1, 1)] = [35.0, 35.4]
+    for (h, join), values in bleus.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_joined_run(root, data, h, join, seed, bleu, CELLS[8]["hyps"])
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    base = next(c for c in cells if c.label == "h8-dk32-dv32-join1")
+    want = contrast([(1, bleus[(32, 2)]), (-1, bleus[(8, 2)]), (-1, bleus[(32, 1)]), (1, bleus[(8, 1)])])
+    assert want["estimate"] == pytest.approx((33.5 - 37.0) - (28.75 - 30.5)) and want["lo"] < want["estimate"]
+    lines = length_interactions(cells, base)
+    assert lines == [
+        "h 1: its Δ at join 2 minus its Δ at join 1: -4.70 BLEU; no interval (1, 2, 2, 2 seeds: 2 needed in each "
+        "cell).",
+        f"h 32: its Δ at join 2 minus its Δ at join 1: -1.75 BLEU (95% CI [{want['lo']:.2f}, {want['hi']:.2f}], "
+        f"Welch-Satterthwaite over seeds, p = {want['p']:.3f}, Holm p = {want['p']:.3f}; seeds 2, 2, 2, 2): no change "
+        "with length shown (Holm p >= 0.05).",
+    ]
+    assert length_interactions([c for c in cells if c.runs[0].flat["data.join"] == 1], base) == []
 
 
 def test_the_bleu_figure_of_lengths_puts_h_on_the_axis_and_a_line_per_join_never_max_len():

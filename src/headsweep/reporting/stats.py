@@ -1,8 +1,8 @@
 """The statistics every report shares: mean ± sd over seeds, Holm's correction for several comparisons
 with one base, Welch's t-test over seeds' scores, Kendall's tau between two rankings (scipy), and ordinary
 least squares with confidence intervals (the cross-sweep fit, the budget view's interaction), a paired t-interval
-(make budgets' cooldown shapes on one trunk) and the difference of two cells' means over seeds with its interval
-(reports.pages.budgets)."""
+(make budgets' cooldown shapes on one trunk), the difference of two cells' means over seeds with its interval
+(reports.pages.budgets) and a contrast of several cells' means (a cell's Δ at one length minus its Δ at another)."""
 
 from __future__ import annotations
 
@@ -105,3 +105,23 @@ def ols(columns: dict[str, list[float]], y: list[float]) -> dict:
             for name, b, s, pv in zip(["intercept", *columns], beta, se, pvals)
         },
     }
+
+
+def contrast(groups: list[tuple[float, list[float]]]) -> dict:
+    """sum_i a_i mean(x_i) over independent groups (a_i, x_i) with its 95% interval and two-sided p, Welch's
+    unequal variances carried to several groups (Satterthwaite's degrees of freedom). With (+1, cell), (-1, base)
+    it is Welch's t-test; with four cells, a difference of two differences (an interaction) over seeds.
+    {estimate, lo, hi, p, dof}; lo, hi, p, dof None where a group has fewer than 2 values or nothing varies."""
+    estimate = sum(a * statistics.fmean(x) for a, x in groups)
+    out = {"estimate": estimate, "lo": None, "hi": None, "p": None, "dof": None}
+    if any(len(x) < 2 for _, x in groups):
+        return out
+    parts = [a * a * statistics.variance(x) / len(x) for a, x in groups]
+    se2 = sum(parts)
+    if se2 == 0:
+        return out
+    dof = se2**2 / sum(v * v / (len(x) - 1) for v, (_, x) in zip(parts, groups))
+    se = math.sqrt(se2)
+    half = float(stats.t.ppf(0.975, dof)) * se
+    p = float(2 * stats.t.sf(abs(estimate) / se, dof))
+    return {**out, "lo": estimate - half, "hi": estimate + half, "p": p, "dof": dof}

@@ -4,6 +4,9 @@ own. A sweep that joins nothing has one length, and these words say nothing."""
 
 from __future__ import annotations
 
+from headsweep.reporting.stats import contrast, holm
+from headsweep.reports.pages.verdicts import ALPHA, class_of
+
 LENGTH = "data.join"  # sentence pairs per example; runs from before the setting joined nothing (1)
 
 
@@ -38,5 +41,54 @@ def best_per_length(cells: list) -> list[str]:
         lines.append(
             f"Best h at join {k} by mean test BLEU: h {h} ({r['test_bleu']:.2f}, {seeds}; {how}); "
             f"{len(at)} cells of h at this length."
+        )
+    return lines
+
+
+def _model(cell) -> dict:
+    return {k: v for k, v in cell.runs[0].flat.items() if k.startswith("model.")}
+
+
+def _bleu(cell) -> list[float]:
+    return [r.results["metrics"]["test/bleu"] for r in cell.runs if "test/bleu" in r.results["metrics"]]
+
+
+def length_interactions(cells: list, base) -> list[str]:
+    """Does a cell's gap to the base change with length? For each cell of h at a longer length whose h also ran
+    at the base's length: (its mean - its length's base) - (the same h at the base's length - the base), test
+    BLEU over seeds, with a 95% Welch-Satterthwaite interval (reporting.stats.contrast) and Holm's p across these
+    lines; a direction only where Holm p < ALPHA. One machine class, as every verdict."""
+    if base is None or len({length_of(c) for c in cells}) < 2:
+        return []
+    k0 = length_of(base)
+
+    def at(like, k):  # the cell of like's model at length k
+        return next((c for c in cells if length_of(c) == k and _model(c) == _model(like)), None)
+
+    found = []
+    for c in cells:
+        k = length_of(c)
+        if k == k0 or _model(c) == _model(base) or (b_k := at(base, k)) is None or (c0 := at(c, k0)) is None:
+            continue
+        four = [c, b_k, c0, base]
+        classes = {class_of(r) for x in four for r in x.runs}
+        stat = contrast(list(zip((1, -1, -1, 1), map(_bleu, four)))) if len(classes) == 1 else None
+        found.append((c, k, four, stat, classes))
+    adjusted = holm([s["p"] if s else None for *_, s, _ in found])
+    lines = []
+    for (c, k, four, stat, classes), p_holm in zip(found, adjusted):
+        head = f"h {c.runs[0].flat.get('model.heads')}: its Δ at join {k} minus its Δ at join {k0}"
+        if stat is None:
+            lines.append(f"{head}: not computed, its four cells span machine classes ({', '.join(sorted(classes))}).")
+            continue
+        seeds = ", ".join(str(len(x.runs)) for x in four)
+        if stat["lo"] is None:
+            lines.append(f"{head}: {stat['estimate']:+.2f} BLEU; no interval ({seeds} seeds: 2 needed in each cell).")
+            continue
+        word = ("lower" if stat["estimate"] < 0 else "higher") if p_holm < ALPHA else None
+        said = f"its Δ is {word} at join {k}" if word else "no change with length shown (Holm p >= 0.05)"
+        lines.append(
+            f"{head}: {stat['estimate']:+.2f} BLEU (95% CI [{stat['lo']:.2f}, {stat['hi']:.2f}], Welch-Satterthwaite "
+            f"over seeds, p = {stat['p']:.3f}, Holm p = {p_holm:.3f}; seeds {seeds}): {said}."
         )
     return lines
