@@ -968,7 +968,7 @@ def test_a_cells_gap_at_two_lengths_is_compared_over_seeds(tmp_path):
     assert lines == [
         "h 1: its Δ at join 2 minus its Δ at join 1: -4.70 BLEU; no interval (1, 2, 2, 2 seeds: 2 needed in each "
         "cell).",
-        f"h 32: its Δ at join 2 minus its Δ at join 1: -1.75 BLEU (95% CI [{want['lo']:.2f}, {want['hi']:.2f}], "
+        f"h 32: its Δ at join 2 minus its Δ at join 1: -1.75 BLEU (95% CI [{want['lo']:+.2f}, {want['hi']:+.2f}], "
         f"Welch-Satterthwaite over seeds, p = {want['p']:.3f}, Holm p = {want['p']:.3f}; seeds 2, 2, 2, 2): no change "
         "with length shown (Holm p >= 0.05).",
     ]

@@ -88,7 +88,7 @@ def length_interactions(cells: list, base) -> list[str]:
         word = ("lower" if stat["estimate"] < 0 else "higher") if p_holm < ALPHA else None
         said = f"its Δ is {word} at join {k}" if word else "no change with length shown (Holm p >= 0.05)"
         lines.append(
-            f"{head}: {stat['estimate']:+.2f} BLEU (95% CI [{stat['lo']:.2f}, {stat['hi']:.2f}], Welch-Satterthwaite "
+            f"{head}: {stat['estimate']:+.2f} BLEU (95% CI [{stat['lo']:+.2f}, {stat['hi']:+.2f}], Welch-Satterthwaite "
             f"over seeds, p = {stat['p']:.3f}, Holm p = {p_holm:.3f}; seeds {seeds}): {said}."
         )
     return lines
