@@ -86,7 +86,7 @@ def length_interactions(cells: list, base) -> list[str]:
             lines.append(f"{head}: {stat['estimate']:+.2f} BLEU; no interval ({seeds} seeds: 2 needed in each cell).")
             continue
         word = ("lower" if stat["estimate"] < 0 else "higher") if p_holm < ALPHA else None
-        said = f"its Δ is {word} at join {k}" if word else "no change with length shown (Holm p >= 0.05)"
+        said = f"its Δ is {word} at join {k}" if word else f"no change with length shown (Holm p >= {ALPHA:g})"
         lines.append(
             f"{head}: {stat['estimate']:+.2f} BLEU (95% CI [{stat['lo']:+.2f}, {stat['hi']:+.2f}], Welch-Satterthwaite "
             f"over seeds, p = {stat['p']:.3f}, Holm p = {p_holm:.3f}; seeds {seeds}): {said}."
