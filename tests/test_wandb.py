@@ -114,6 +114,15 @@ def test_comparison_config_resolves_sizes_without_touching_the_original():
     assert comparison_config({"model": {**config["model"], "kv_heads": None}})["model"]["kv_heads"] == 4
 
 
+def test_attention_flops_are_counted_at_the_context_a_joined_example_holds():
+    """data.join k pairs an example: k times the context per token; no data section (older runs) joins nothing."""
+    model = {"d_model": 256, "heads": 8, "d_k": None, "d_v": None, "n_layers": 3}
+    one, two = (comparison_config({"model": model, "data": {"join": k}})["flops"] for k in (1, 2))
+    assert (one["context"], two["context"]) == (32, 64)
+    assert two["attention_per_token"] - one["attention_per_token"] == 32 * one["attention_per_context_token"]
+    assert comparison_config({"model": model})["flops"] == one
+
+
 def test_sync_uploads_every_offline_run_of_the_sweep(tmp_path, monkeypatch, capsys):
     for run in ("h8-dk32-dv32-s1", "h4-dk64-dv64-s1"):
         (tmp_path / "table3_a" / run / "wandb" / f"offline-run-2026_{run}").mkdir(parents=True)

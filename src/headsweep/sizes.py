@@ -9,8 +9,9 @@ import copy
 
 from headsweep.model import HeadSizes, resolve_heads
 
-# Tokens of context the attention FLOPs are counted at: about twice a Multi30k sentence, whose length
-# the run does not record. The FLOPs that depend on it are also logged per context token.
+# Tokens of context the attention FLOPs are counted at, per sentence pair an example joins (data.join): about
+# twice a Multi30k sentence, whose length the run does not record. The FLOPs that depend on it are also logged
+# per context token.
 FLOPS_CONTEXT = 32
 
 
@@ -58,9 +59,15 @@ def attention_flops(model: dict, context: int = FLOPS_CONTEXT) -> dict:
     }
 
 
+def flops_context(config: dict) -> int:
+    """Tokens of context a run's attention FLOPs are counted at: FLOPS_CONTEXT for each sentence pair its examples
+    join (data.join; runs from before the setting joined nothing), so a join 2 cell costs what it attends to."""
+    return FLOPS_CONTEXT * int((config.get("data") or {}).get("join") or 1)
+
+
 def comparison_config(config: dict, params: dict | None = None) -> dict:
     """A run's resolved config as it is compared: model.d_k and model.d_v (and module.model's copy)
-    resolved, plus `params` (parameters by part) and `flops` (attention_flops), top-level keys that W&B
+    resolved, plus `params` (parameters by part) and `flops` (attention_flops at flops_context), top-level keys that W&B
     shows as params.total, flops.attention_per_token, ..."""
     out = copy.deepcopy(config)
     for model in (out["model"], out.get("module", {}).get("model")):
@@ -68,5 +75,5 @@ def comparison_config(config: dict, params: dict | None = None) -> dict:
             model.update(resolved_sizes(model))
     if params:
         out["params"] = dict(params)
-    out["flops"] = attention_flops(out["model"])
+    out["flops"] = attention_flops(out["model"], flops_context(out))
     return out

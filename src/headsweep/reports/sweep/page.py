@@ -31,7 +31,6 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, with_back_link, with_footer
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reports.pages.compare import report_section
-from headsweep.reports.pages.verdicts import ALPHA
 from headsweep.reports.site import questions as Q
 from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.site.index import index_record, page_of_a_view
@@ -42,16 +41,13 @@ from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, l
 from headsweep.reports.sweep.checks import init_check_section, update_check_section
 from headsweep.reports.sweep.complete import incomplete
 from headsweep.reports.sweep.lr import lr_section, split_grid_runs
+from headsweep.reports.sweep.method import method_notes
 from headsweep.reports.sweep.per_length import best_per_length, length_interactions
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
 from headsweep.reports.sweep.protocol import protocol_lines, start_banner
 from headsweep.reports.sweep.ranks import rank_section
 from headsweep.reports.sweep.similarity import similarity_curves
 from headsweep.reports.sweep.summary import (
-    FLOPS,
-    PAPER,
-    POOLING,
-    SEEDS_RULE,
     budget_store,
     early_pool,
     early_references,
@@ -179,14 +175,7 @@ def sweep_markdown(
     command, the pages of the same question), a contents list where it is long, notes, the table and each
     cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
     findings = verdicts(cells) + best_per_length(cells) + length_interactions(cells, info["base"])
-    method = [
-        SEEDS_RULE.format(alpha=ALPHA),
-        POOLING.format(n=info["n_samples"], floor=1 / (info["n_samples"] + 1)),
-        PAPER,
-        FLOPS.format(context=cells[0].row["flops_context"]),
-    ]
-    if info["signature"]:
-        method.append(f"sacreBLEU paired bootstrap signature: `{info['signature']}`.")
+    method = method_notes(cells, info["n_samples"], info["signature"])
     figures_note = (
         []
         if varies(cells, "params_M")

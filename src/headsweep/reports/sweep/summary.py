@@ -18,7 +18,7 @@ from headsweep.reports.sweep.lr import split_grid_runs
 from headsweep.reports.sweep.per_length import LENGTH, length_of, same_length
 from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
 from headsweep.reports.sweep.table import display
-from headsweep.sizes import attention_flops
+from headsweep.sizes import attention_flops, flops_context
 from headsweep.store import RUNS
 from headsweep.sweeps.paper import table3
 
@@ -31,36 +31,6 @@ METRICS = (
     ("test_bleu", "test/bleu"),
     ("test_chrf", "test/chrf"),
     ("test_ppl", "test/ppl"),
-)
-SEEDS_RULE = (
-    "Δ BLEU test, 95% CI, p Holm and the verdicts (What the numbers say): Table 3's rule "
-    "(headsweep.reports.pages.verdicts), over seeds, the unit of replication. Δ: the cell's mean test BLEU minus "
-    "its reference's; 95% CI: Welch's interval of that difference over the seeds' test BLEU, with Welch's p "
-    "(scipy.stats.ttest_ind, equal_var=False); p Holm: the Welch p-values adjusted by Holm's step-down method "
-    "across the page's cells, each compared with one base (family-wise error {alpha:g}). A cell reads better or "
-    "worse only where p Holm < {alpha:g}; inconclusive otherwise, and with fewer than 2 seeds on a side (no "
-    "interval). At 3 seeds Welch's test has little power: inconclusive means not shown, not no difference."
-)
-POOLING = (
-    "Paired bootstrap (each cell's details; test-set noise within a seed, not a verdict): sacreBLEU's paired "
-    "bootstrap ({n} resamples, `--samples`) of the cell against its reference on the test split, seeds pooled: "
-    "each side's hypotheses of the seeds both cells have, concatenated in seed order, against the references "
-    "repeated once per seed; so a resample draws (sentence, seed) pairs and compares the two cells on the same "
-    "ones. p <= {floor:.3f}: no resample favoured the base, the smallest p {n} resamples can give "
-    "(1 / ({n} + 1)), so a bound, not a value. It resamples sentences, never seeds: it says how much the choice "
-    "of test sentences alone moves the gap, ignores the seed-to-seed spread, and so calls gaps significant that "
-    "the seeds do not support. No verdict rests on it."
-)
-PAPER = (
-    "Paper: Vaswani et al. 2017, Table 3 (newstest2013 dev PPL per wordpiece and BLEU, 100k steps on WMT14 "
-    "en→de), the row with the same settings, sizes relative to the base cell: our base (its sizes in Protocol "
-    "above; d_model 256 by default) stands for the paper's base (d_model 512, N 6, d_ff 2048, d_k = d_v = 64), "
-    "so our d_k 16 at d_model 256 is the paper's d_k 32; our PPL is per subword on our val split."
-)
-FLOPS = (
-    "Attention FLOPs per token: the forward FLOPs of every attention sublayer (encoder self, decoder self, "
-    "cross) per token, at {context} tokens of context, counted as Hoffmann et al. 2022 (appendix F) do: 2 per "
-    "multiply-add of the projections, QK^T and the weighted values, 3 per attention weight for the softmax."
 )
 
 
@@ -105,7 +75,7 @@ def compile_setting(config: dict) -> str:
 def cell_numbers(c: Cell) -> dict:
     """What a cell is and scores, seeds pooled, before any comparison with the base."""
     first = c.runs[0]
-    flops = attention_flops(first.results["config"]["model"])
+    flops = attention_flops(first.results["config"]["model"], flops_context(first.results["config"]))
     row = {
         **settings(first.flat),
         "params_M": first.results["params"]["total"] / 1e6,
