@@ -342,3 +342,41 @@ def test_a_run_at_another_rate_is_compared_with_the_base_at_that_rate(sweep_root
     assert h2 == {"h8-dk32-dv32"}  # at the base's own rate: the base's seeds
     md = R.write_report("table3_a", sweep_root, tmp_path / "reports", n_samples=20)[0].read_text()
     assert "against h8-dk32-dv32 at lr 0.001's median 3.600" in md
+
+
+def test_early_loss_against_bleu_pooled_over_every_sweep_is_on_the_index_and_each_page_keeps_its_own(
+    sweep_root, tmp_path
+):
+    """The pooled Pearson r over every sweep's runs changes whenever any sweep's run lands, so it lives on the index
+    (rewritten by every `make report`); a sweep's page states its own runs' r only. Both against the stdlib's
+    Pearson over the fixture's (early loss, BLEU) pairs, and the pooled one grows with a second sweep's runs."""
+    out = tmp_path / "reports"
+    assert B.main(["--sweep", "table3_a", "--root", str(sweep_root), "--out", str(out), "--samples", "20"]) == 0
+    own = statistics.correlation([e for e, _ in EARLY.values()], [b for _, b in EARLY.values()])
+    page = (out / "table3_a.md").read_text()
+    assert f"over this sweep's {len(EARLY)} runs: r = {own:.2f}" in page
+    assert "distinct runs of every sweep" not in page
+    index = (out / "index.md").read_text()
+    assert f"over the {len(EARLY)} distinct runs of every sweep: r = {own:.2f}" in index
+    # a second sweep lands: table3_a's runs again (pooled once), but its h 2 starts slowly and ends low. The index's
+    # pool counts those two new runs; table3_a's page is as it was
+    import json
+    import shutil
+
+    later = {(2, 1): (4.40, 12.0), (2, 2): (4.30, 14.0)}
+    for run in (sweep_root / "table3_a").iterdir():
+        shutil.copytree(run, sweep_root / "table3_c" / run.name)
+        path = sweep_root / "table3_c" / run.name / "results.json"
+        results = json.loads(path.read_text())
+        results["sweep"] = results["config"]["sweep"] = "table3_c"
+        key = (int(run.name[1 : run.name.index("-")]), int(run.name.rsplit("-s", 1)[1]))
+        if key in later:
+            early, results["metrics"]["test/bleu"] = later[key]
+            write_curve(path.parent, {200: (5.0, early + 0.8), 400: (10.0, early), 800: (25.0, early - 0.7)})
+        path.write_text(json.dumps(results))
+    assert B.main(["--sweep", "table3_c", "--root", str(sweep_root), "--out", str(out), "--samples", "20"]) == 0
+    both = [*EARLY.values(), *later.values()]
+    pooled = statistics.correlation([e for e, _ in both], [b for _, b in both])
+    index = (out / "index.md").read_text()
+    assert f"over the {len(both)} distinct runs of every sweep: r = {pooled:.2f}" in index and pooled != own
+    assert (out / "table3_a.md").read_text() == page

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.sweep == "all":  # Table 3's page spans several sweeps (headsweep.reports.pages.table3)
             paths += write_table3(args.root, args.out, pool=pool)
-        paths += write_index(args.out, args.root, questions)
+        paths += write_index(args.out, args.root, questions, pool)
         if args.readme is not None and Q.write_readme(args.readme, questions):
             paths.append(args.readme)
     except ReportError as e:

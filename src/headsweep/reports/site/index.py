@@ -19,6 +19,7 @@ from headsweep.reports.site import questions as Q
 from headsweep.reports.site.compare_page import compare_data, compare_page, run_curve  # noqa: F401 (the site's API)
 from headsweep.reports.site.glossary import GLOSSARY, write_glossary
 from headsweep.reports.sweep.cells import Cell
+from headsweep.reports.sweep.stuck import correlation
 from headsweep.reports.sweep.summary import budget_store
 from headsweep.reports.sweep.table import anchor
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
@@ -202,6 +203,7 @@ def index_markdown(
     unreported: list[str],
     views: list[tuple[Path, str, str]] = (),
     questions: list[dict] | None = None,
+    early_r: tuple[float, int] | None = None,
 ) -> str:
     """The index, three screens at most: the questions with their current answers first, then every sweep by
     question (two columns), the views, the prune reports, and links to the table of every experiment
@@ -235,6 +237,12 @@ def index_markdown(
         f"- [{CELLS_TITLE}]({CELLS}): {report_index.counts(records)[:-1]}; sortable and filterable",
         "- [Every experiment in parallel coordinates](compare.md): settings to BLEU and PPL, brushable",
     ]
+    # here, not on each sweep's page: every `make report` rewrites the index, whichever sweep it builds
+    if early_r is not None:
+        lines.append(
+            f"- Early val loss against final test BLEU (Pearson) over the {early_r[1]} distinct runs of every sweep: "
+            f"r = {early_r[0]:.2f} (below 0: a run that starts slowly ends lower; [stuck]({GLOSSARY}))"
+        )
     lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or [
         f"- no views yet: {', '.join(command for *_, command in VIEWS)}"
     ]
@@ -281,9 +289,12 @@ def cells_markdown(records: list[dict], asks: dict[str, str]) -> str:
     )
 
 
-def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] | None = None) -> list[Path]:
+def write_index(
+    out_dir: Path, root: Path | None = None, questions: list[dict] | None = None, pool: dict | None = None
+) -> list[Path]:
     """index.md and index.html in out_dir, and the prune reports' pages; the sweeps of `root` without
-    a report are named. questions: sweeps/_questions.yaml, loaded (read here when None)."""
+    a report are named. questions: sweeps/_questions.yaml, loaded (read here when None). pool: summary.early_pool
+    of root, whose early loss against test BLEU over every sweep's runs the index states."""
     questions = Q.load(root=root) if questions is None else questions
     records = []
     for path in sorted(out_dir.glob("*.json")):
@@ -311,7 +322,11 @@ def write_index(out_dir: Path, root: Path | None = None, questions: list[dict] |
     glossary = write_glossary(out_dir)
     # a budgets store's trunks and branches are read on the budgets page (a view below), not as a sweep page
     unreported = [n for n in unreported if not budget_store(root / n)]
-    md = index_markdown(records, prunes, out_dir, unreported, views, questions)
+    pairs = (pool or {}).get("pairs") or []
+    r = correlation(pairs)
+    md = index_markdown(
+        records, prunes, out_dir, unreported, views, questions, (r, len(pairs)) if r is not None else None
+    )
     md = with_footer(md, __spec__.name)
     atomic_write(out_dir / "index.md", md)
     atomic_write(out_dir / "index.html", page("headsweep reports", md))

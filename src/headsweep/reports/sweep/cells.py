@@ -8,8 +8,6 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from headsweep.identity import COLUMNS, cell_tag, default_cell, follows_heads
 from headsweep.store import NOT_EXPERIMENT, RESULTS, CorruptRecord, as_seen, flatten_config, read_record
 from headsweep.store.pack import hypothesis_file, metrics_file, open_text
@@ -78,7 +76,7 @@ def as_run(d: Path, results: dict) -> Run:
     cfg = results["config"]
     tags = cfg.get("tags") or []
     cell = cell_label(results, d.name)
-    return Run(d, results, flatten_config(OmegaConf.create(cfg)), cell, cfg["seed"], "base" in tags)
+    return Run(d, results, flatten_config(cfg), cell, cfg["seed"], "base" in tags)
 
 
 def cell_label(results: dict, name: str) -> str:

@@ -191,11 +191,7 @@ def sweep_markdown(
         "",
         *[line for c in cells for line in cell_details(c, info["n_samples"])],
         *(["## What the numbers say", "", *[f"- {f}" for f in findings], ""] if findings else []),
-        *(
-            stuck_words.section(cells, info["stuck"]["early"], info["stuck"]["threshold"], info["stuck"]["pooled_r"])
-            if "stuck" in info
-            else []
-        ),
+        *(stuck_words.section(cells, info["stuck"]["early"], info["stuck"]["threshold"]) if "stuck" in info else []),
         *(
             report_convergence.words(info["convergence"], ranking_words(info["ranking"], cells), info["ranking"])
             if "convergence" in info
@@ -266,12 +262,7 @@ def stuck_runs(
             if (e := canonical.get(run_identity(r))) is not None:
                 early[r.dir] = e
     report_stuck.flag(cells, early, chosen.value)
-    pairs = pool.get("pairs") or []
-    return {
-        "early": early,
-        "threshold": chosen,
-        "pooled_r": (report_stuck.correlation(pairs), len(pairs)) if pairs else None,
-    }
+    return {"early": early, "threshold": chosen}
 
 
 def write_report(
