@@ -975,6 +975,60 @@ def test_a_cells_gap_at_two_lengths_is_compared_over_seeds(tmp_path):
     assert length_interactions([c for c in cells if c.runs[0].flat["data.join"] == 1], base) == []
 
 
+def test_the_slope_over_h_at_two_lengths_is_one_contrast_of_every_cells_seeds(tmp_path):
+    """per_length.length_slopes: test BLEU and final val loss per doubling of h, fitted by least squares on log2 h
+    at each length (numpy's polyfit on the cell means as the reference), and their difference with one interval
+    over every cell's seeds; a flat join 1 against a falling join 2 reads steeper; an h at one length only is
+    left out of the fit, and cells of two machine classes get no number."""
+    import numpy as np
+
+    from headsweep.reporting.stats import contrast
+    from headsweep.reports.sweep.per_length import length_slopes
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.en").write_text("".join(r + "\n" for r in REFS))
+    root = tmp_path / "multirun" / "long_sequences"
+    # (h, join): BLEU per seed; val loss = 3 - BLEU / 20 (rises as BLEU falls). h 4 only at join 1: not fitted
+    bleus = {(1, 1): [30.0, 31.0], (8, 1): [30.5, 30.9], (32, 1): [29.8, 31.0], (4, 1): [20.0, 21.0]}
+    bleus |= {(1, 2): [32.0, 33.2], (8, 2): [29.0, 30.0], (32, 2): [26.1, 27.0]}
+    for (h, join), values in bleus.items():
+        for seed, bleu in enumerate(values, start=1):
+            make_joined_run(root, data, h, join, seed, bleu, CELLS[8]["hyps"])
+            path = root / f"h{h}-dk{256 // h}-dv{256 // h}-join{join}-s{seed}" / "results.json"
+            results = json.loads(path.read_text())
+            results["metrics"]["val/loss"] = 3 - bleu / 20
+            path.write_text(json.dumps(results))
+    runs, _ = R.load_runs(root)
+    cells = R.group_cells(runs)
+    base = next(c for c in cells if c.label == "h8-dk32-dv32-join1")
+    hs = [1, 8, 32]
+
+    def fit(join, f=lambda b: b):
+        return np.polyfit(np.log2(hs), [np.mean([f(b) for b in bleus[(h, join)]]) for h in hs], 1)[0]
+
+    w = np.log2(hs) - np.log2(hs).mean()
+    w = w / (w * w).sum()
+    diff = contrast([(s * a, bleus[(h, j)]) for s, j in ((1, 2), (-1, 1)) for a, h in zip(w, hs)])
+    assert diff["estimate"] == pytest.approx(fit(2) - fit(1)) and diff["lo"] < diff["estimate"] < diff["hi"]
+    bleu_line, loss_line = length_slopes(cells, base)
+    assert bleu_line.startswith("Test BLEU per doubling of h (least-squares slope over h 1, 8, 32, BLEU;")
+    assert f"at join 1 {fit(1):+.2f} [" in bleu_line and f"at join 2 {fit(2):+.2f} [" in bleu_line
+    assert (
+        f"join 2 minus join 1 {diff['estimate']:+.2f} [{diff['lo']:+.2f}, {diff['hi']:+.2f}], p = {diff['p']:.3f}:"
+        in (bleu_line)
+    )
+    assert diff["p"] < 0.05 and bleu_line.endswith(
+        "steeper at join 2 (one test over every h for this metric, no Holm)."
+    )
+    assert f"at join 2 {fit(2, lambda b: 3 - b / 20):+.3f} [" in loss_line and "steeper at join 2" in loss_line
+    # one seed of join 2's h 32 on another machine class: no slope is read across classes
+    run = next(r for c in cells if c.label == "h32-dk8-dv8-join2" for r in c.runs)
+    run.results["machine"] = {**run.results.get("machine", {}), "cpu_class": "Intel Xeon (AMX)"}
+    assert length_slopes(cells, base)[0].startswith("Slope on log2 h at join 2 against join 1: not computed")
+    assert length_slopes([c for c in cells if c.runs[0].flat["data.join"] == 1], base) == []
+
+
 def test_the_bleu_figure_of_lengths_puts_h_on_the_axis_and_a_line_per_join_never_max_len():
     """data.max_len follows data.join (one value per join): neither the axis nor a line of its own. With h varied,
     h is the axis and each join a line; with the base alone, join is the axis."""

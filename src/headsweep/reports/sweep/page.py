@@ -42,7 +42,7 @@ from headsweep.reports.sweep.checks import init_check_section, update_check_sect
 from headsweep.reports.sweep.complete import incomplete
 from headsweep.reports.sweep.lr import lr_section, split_grid_runs
 from headsweep.reports.sweep.method import method_notes
-from headsweep.reports.sweep.per_length import best_per_length, length_interactions
+from headsweep.reports.sweep.per_length import best_per_length, length_interactions, length_slopes
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
 from headsweep.reports.sweep.protocol import protocol_lines, start_banner
 from headsweep.reports.sweep.ranks import rank_section
@@ -175,6 +175,7 @@ def sweep_markdown(
     command, the pages of the same question), a contents list where it is long, notes, the table and each
     cell's details, the findings, the figures, the head analysis where the runs have one, the method."""
     findings = verdicts(cells) + best_per_length(cells) + length_interactions(cells, info["base"])
+    findings += length_slopes(cells, info["base"])
     method = method_notes(cells, info["n_samples"], info["signature"])
     figures_note = (
         []

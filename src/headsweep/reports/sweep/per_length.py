@@ -4,6 +4,9 @@ own. A sweep that joins nothing has one length, and these words say nothing."""
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from headsweep.reporting.stats import contrast, holm
 from headsweep.reports.pages.verdicts import ALPHA, class_of
 
@@ -49,10 +52,6 @@ def _model(cell) -> dict:
     return {k: v for k, v in cell.runs[0].flat.items() if k.startswith("model.")}
 
 
-def _bleu(cell) -> list[float]:
-    return [r.results["metrics"]["test/bleu"] for r in cell.runs if "test/bleu" in r.results["metrics"]]
-
-
 def length_interactions(cells: list, base) -> list[str]:
     """Does a cell's gap to the base change with length? For each cell of h at a longer length whose h also ran
     at the base's length: (its mean - its length's base) - (the same h at the base's length - the base), test
@@ -72,7 +71,9 @@ def length_interactions(cells: list, base) -> list[str]:
             continue
         four = [c, b_k, c0, base]
         classes = {class_of(r) for x in four for r in x.runs}
-        stat = contrast(list(zip((1, -1, -1, 1), map(_bleu, four)))) if len(classes) == 1 else None
+        stat = (
+            contrast(list(zip((1, -1, -1, 1), (_metric(x, "test/bleu") for x in four)))) if len(classes) == 1 else None
+        )
         found.append((c, k, four, stat, classes))
     adjusted = holm([s["p"] if s else None for *_, s, _ in found])
     lines = []
@@ -92,3 +93,73 @@ def length_interactions(cells: list, base) -> list[str]:
             f"over seeds, p = {stat['p']:.3f}, Holm p = {p_holm:.3f}; seeds {seeds}): {said}."
         )
     return lines
+
+
+# what follows h in row A (d_k = d_v = d_model / h): a slope over h compares cells that differ in nothing else
+_FOLLOW_H = ("model.heads", "model.d_k", "model.d_v")
+SLOPE_METRICS = (("test/bleu", "Test BLEU", "BLEU", 2), ("val/loss", "Final val loss", "nats", 3))
+
+
+def length_slopes(cells: list, base) -> list[str]:
+    """One test over every h, where the per-h lines (length_interactions) each pay Holm for the others: the
+    least-squares slope of a metric's cell means on log2 h (per doubling of h) at each length, and at the
+    longer length minus at the base's, over the h run at both lengths, as one contrast of the cells' seeds
+    (weights (log2 h - its mean) / its sum of squares; reporting.stats.contrast, Welch-Satterthwaite). The base
+    takes part as h 8; its subtraction cancels (the weights sum to 0). Bhojanapalli et al. 2020 predict a
+    steeper fall with h at the longer length (d_k = d_model / h below n). Test BLEU and final val loss (the
+    validation split joined as the test split is)."""
+    if base is None or len({length_of(c) for c in cells}) < 2:
+        return []
+    k0 = length_of(base)
+    like = [c for c in cells if _rest(c) == _rest(base)]  # row A's cells: only h (and what follows it) varies
+    lines = []
+    for k in sorted({length_of(c) for c in like} - {k0}):
+        by_h = {j: {c.runs[0].flat["model.heads"]: c for c in like if length_of(c) == j} for j in (k0, k)}
+        hs = sorted(set(by_h[k0]) & set(by_h[k]))
+        if len(hs) < 3:
+            continue
+        classes = {class_of(r) for h in hs for j in (k0, k) for r in by_h[j][h].runs}
+        if len(classes) != 1:
+            lines.append(
+                f"Slope on log2 h at join {k} against join {k0}: not computed, its cells span machine classes "
+                f"({', '.join(sorted(classes))})."
+            )
+            continue
+        x = [math.log2(h) for h in hs]
+        w = [v - statistics.fmean(x) for v in x]
+        w = [v / sum(u * u for u in w) for v in w]
+        for metric, name, unit, digits in SLOPE_METRICS:
+            values = {(j, h): _metric(by_h[j][h], metric) for j in (k0, k) for h in hs}
+            if not all(values.values()):
+                continue
+            at = {j: contrast([(a, values[(j, h)]) for a, h in zip(w, hs)]) for j in (k0, k)}
+            diff = contrast([(s * a, values[(j, h)]) for s, j in ((1, k), (-1, k0)) for a, h in zip(w, hs)])
+            if diff["p"] is not None and diff["p"] < ALPHA:  # BLEU falling faster, or loss rising faster: steeper
+                said = f"{'steeper' if (diff['estimate'] < 0) == (metric == 'test/bleu') else 'flatter'} at join {k}"
+            else:
+                said = f"no change with length shown (p >= {ALPHA:g})"
+            lines.append(
+                f"{name} per doubling of h (least-squares slope over h {', '.join(map(str, hs))}, {unit}; 95% CI, "
+                f"Welch-Satterthwaite over seeds): at join {k0} {_slope(at[k0], digits)}; at join {k} "
+                f"{_slope(at[k], digits)}; join {k} minus join {k0} {_slope(diff, digits)}: {said} (one test "
+                "over every h for this metric, no Holm)."
+            )
+    return lines
+
+
+def _rest(cell) -> dict:
+    """The model settings but h and what follows it (kv_heads too where it equals h: plain multi-head)."""
+    m = _model(cell)
+    follow = _FOLLOW_H + ("model.kv_heads",) * (m.get("model.kv_heads") == m.get("model.heads"))
+    return {k: v for k, v in m.items() if k not in follow}
+
+
+def _metric(cell, metric: str) -> list[float]:
+    return [r.results["metrics"][metric] for r in cell.runs if metric in r.results["metrics"]]
+
+
+def _slope(s: dict, digits: int) -> str:
+    v = f"{s['estimate']:+.{digits}f}"
+    if s["lo"] is None:
+        return f"{v} (no interval: 2 seeds needed in each cell)"
+    return f"{v} [{s['lo']:+.{digits}f}, {s['hi']:+.{digits}f}], p = {s['p']:.3f}"
