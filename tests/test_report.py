@@ -979,7 +979,8 @@ def test_the_slope_over_h_at_two_lengths_is_one_contrast_of_every_cells_seeds(tm
     """per_length.length_slopes: test BLEU and final val loss per doubling of h, fitted by least squares on log2 h
     at each length (numpy's polyfit on the cell means as the reference), and their difference with one interval
     over every cell's seeds; a flat join 1 against a falling join 2 reads steeper; an h at one length only is
-    left out of the fit, and cells of two machine classes get no number."""
+    left out of the fit, an h under 2 seeds at a length too (named), and cells of two machine classes get no
+    number."""
     import numpy as np
 
     from headsweep.reporting.stats import contrast
@@ -992,6 +993,7 @@ def test_the_slope_over_h_at_two_lengths_is_one_contrast_of_every_cells_seeds(tm
     # (h, join): BLEU per seed; val loss = 3 - BLEU / 20 (rises as BLEU falls). h 4 only at join 1: not fitted
     bleus = {(1, 1): [30.0, 31.0], (8, 1): [30.5, 30.9], (32, 1): [29.8, 31.0], (4, 1): [20.0, 21.0]}
     bleus |= {(1, 2): [32.0, 33.2], (8, 2): [29.0, 30.0], (32, 2): [26.1, 27.0]}
+    bleus |= {(16, 1): [30.0, 30.5], (16, 2): [20.0]}  # one seed at join 2: no interval, so left out, named
     for (h, join), values in bleus.items():
         for seed, bleu in enumerate(values, start=1):
             make_joined_run(root, data, h, join, seed, bleu, CELLS[8]["hyps"])
@@ -1012,7 +1014,10 @@ def test_the_slope_over_h_at_two_lengths_is_one_contrast_of_every_cells_seeds(tm
     diff = contrast([(s * a, bleus[(h, j)]) for s, j in ((1, 2), (-1, 1)) for a, h in zip(w, hs)])
     assert diff["estimate"] == pytest.approx(fit(2) - fit(1)) and diff["lo"] < diff["estimate"] < diff["hi"]
     bleu_line, loss_line = length_slopes(cells, base)
-    assert bleu_line.startswith("Test BLEU per doubling of h (least-squares slope over h 1, 8, 32, BLEU;")
+    assert bleu_line.startswith(
+        "Test BLEU per doubling of h (least-squares slope over h 1, 8, 32; h 16 left out, under 2 seeds at a length; "
+        "BLEU; 95% CI"
+    )
     assert f"at join 1 {fit(1):+.2f} [" in bleu_line and f"at join 2 {fit(2):+.2f} [" in bleu_line
     assert (
         f"join 2 minus join 1 {diff['estimate']:+.2f} [{diff['lo']:+.2f}, {diff['hi']:+.2f}], p = {diff['p']:.3f}:"

@@ -115,7 +115,10 @@ def length_slopes(cells: list, base) -> list[str]:
     lines = []
     for k in sorted({length_of(c) for c in like} - {k0}):
         by_h = {j: {c.runs[0].flat["model.heads"]: c for c in like if length_of(c) == j} for j in (k0, k)}
-        hs = sorted(set(by_h[k0]) & set(by_h[k]))
+        both = sorted(set(by_h[k0]) & set(by_h[k]))
+        # an interval needs 2 seeds in every cell: an h with fewer at either length waits, named
+        hs = [h for h in both if min(len(by_h[j][h].runs) for j in (k0, k)) >= 2]
+        waiting = [h for h in both if h not in hs]
         if len(hs) < 3:
             continue
         classes = {class_of(r) for h in hs for j in (k0, k) for r in by_h[j][h].runs}
@@ -136,10 +139,14 @@ def length_slopes(cells: list, base) -> list[str]:
             diff = contrast([(s * a, values[(j, h)]) for s, j in ((1, k), (-1, k0)) for a, h in zip(w, hs)])
             if diff["p"] is not None and diff["p"] < ALPHA:  # BLEU falling faster, or loss rising faster: steeper
                 said = f"{'steeper' if (diff['estimate'] < 0) == (metric == 'test/bleu') else 'flatter'} at join {k}"
-            else:
+            elif diff["p"] is not None:
                 said = f"no change with length shown (p >= {ALPHA:g})"
+            else:
+                said = "no interval"
+            over = ", ".join(map(str, hs))
+            left = f"; h {', '.join(map(str, waiting))} left out, under 2 seeds at a length" if waiting else ""
             lines.append(
-                f"{name} per doubling of h (least-squares slope over h {', '.join(map(str, hs))}, {unit}; 95% CI, "
+                f"{name} per doubling of h (least-squares slope over h {over}{left}; {unit}; 95% CI, "
                 f"Welch-Satterthwaite over seeds): at join {k0} {_slope(at[k0], digits)}; at join {k} "
                 f"{_slope(at[k], digits)}; join {k} minus join {k0} {_slope(diff, digits)}: {said} (one test "
                 "over every h for this metric, no Holm)."
