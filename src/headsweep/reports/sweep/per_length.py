@@ -103,11 +103,11 @@ SLOPE_METRICS = (("test/bleu", "Test BLEU", "BLEU", 2), ("val/loss", "Final val 
 def length_slopes(cells: list, base) -> list[str]:
     """One test over every h, where the per-h lines (length_interactions) each pay Holm for the others: the
     least-squares slope of a metric's cell means on log2 h (per doubling of h) at each length, and at the
-    longer length minus at the base's, over the h run at both lengths, as one contrast of the cells' seeds
-    (weights (log2 h - its mean) / its sum of squares; reporting.stats.contrast, Welch-Satterthwaite). The base
-    takes part as h 8; its subtraction cancels (the weights sum to 0). Bhojanapalli et al. 2020 predict a
-    steeper fall with h at the longer length (d_k = d_model / h below n). Test BLEU and final val loss (the
-    validation split joined as the test split is)."""
+    longer length minus at the base's, over the h run at both lengths with 2 seeds or more, as one contrast of
+    the cells' seeds (weights (log2 h - its mean) / its sum of squares; reporting.stats.contrast,
+    Welch-Satterthwaite). The base takes part as h 8; its subtraction cancels (the weights sum to 0).
+    Bhojanapalli et al. 2020 predict a steeper fall with h at the longer length (d_k = d_model / h below n).
+    Test BLEU and final val loss (the validation split joined as the test split is)."""
     if base is None or len({length_of(c) for c in cells}) < 2:
         return []
     k0 = length_of(base)
@@ -168,5 +168,5 @@ def _metric(cell, metric: str) -> list[float]:
 def _slope(s: dict, digits: int) -> str:
     v = f"{s['estimate']:+.{digits}f}"
     if s["lo"] is None:
-        return f"{v} (no interval: 2 seeds needed in each cell)"
+        return f"{v} (no interval: the seeds do not vary)"
     return f"{v} [{s['lo']:+.{digits}f}, {s['hi']:+.{digits}f}], p = {s['p']:.3f}"
