@@ -532,26 +532,92 @@ def test_a_wider_grid_run_for_some_cells_is_recorded_as_their_edge_extension_onl
     assert [c.grid for c in lr.cells] == [wider, wider] and lr.cells[1].extended_from == GRID
 
 
-def test_a_grid_under_the_name_of_a_sweep_planned_without_one_is_refused_and_runs_under_another(tmp_path):
-    """A seed-1 run planned without a grid (h8-...-s1) is the experiment of the grid's run at the same rate
-    (h8-...-lr0.002-s1): under the sweep's own name the grid would show that run twice in one sweep, which its
-    page would count twice. One line naming the way out; under that name the run is shared, not trained."""
+def _plain_runs(tmp_path, seeds, loss, names=None):
+    """table3_e planned without a grid, its runs finished in the store ({job: store dir}); val loss `loss(cell)`;
+    `names` renames views."""
     from headsweep.sweeps import planning
 
-    plain = planning.plan("table3_e", 1, [], root=tmp_path / "mr", results=tmp_path / "results")
-    base = plain.jobs[0]
-    cfg = compose([*plain.common, *base.overrides, f"run_name={base.name}", f"tags=[{','.join(base.tags)}]"])
-    config = OmegaConf.to_container(cfg, resolve=False)
-    config["module"]["model"] = config["model"]
-    rate = config["module"]["peak_lr"]
-    stored_run(base.export, {"status": "complete", "config": config, "metrics": {"val/loss": 2.3}})
-    grid = [rate / 2, rate]
+    plain = planning.plan("table3_e", seeds, [], root=tmp_path / "mr", results=tmp_path / "results")
+    stored = {}
+    for job in plain.jobs:
+        cfg = compose([*plain.common, *job.overrides, f"run_name={job.name}", f"tags=[{','.join(job.tags)}]"])
+        config = OmegaConf.to_container(cfg, resolve=False)
+        config["module"]["model"] = config["model"]
+        view = job.export.parent / (names or {}).get(job.name, job.name)
+        record = {"status": "complete", "config": config, "metrics": {"val/loss": loss(job.cell)}}
+        stored[job.name] = stored_run(view, record).resolve()
+    return stored, config["module"]["peak_lr"]
+
+
+def test_a_grid_over_a_sweep_first_planned_at_one_rate_uses_its_seeds_and_never_overwrites_them(
+    tmp_path, monkeypatch, capsys
+):
+    """table3_e run at one rate (2 seeds a cell), then a grid under the same name: each cell's plain seed 1 is the
+    grid's run at that rate (not trained again). A cell whose grid chooses that rate keeps its plain seeds; one
+    whose grid chooses another waits, its plain seed 2 never overwritten, until the line's command takes that view
+    away (the run stays in the store); then its plain seed 1 gives way to the chosen grid run and seed 2 trains."""
+    from headsweep.store.__main__ import main as store_main
+
+    stored, rate = _plain_runs(tmp_path, 2, lambda cell: 2.35 if cell == CELLS[0] else 2.30)
+    grid, half = [rate / 2, rate], f"{rate / 2:g}"
+    losses = {f"{CELLS[0]}-lr{half}-s1": 2.20, f"{CELLS[1]}-lr{half}-s1": 2.50}  # cell 0 wants rate / 2
+    launched = []
+
+    def fake_multirun(cmd, **kwargs):
+        names = next(a for a in cmd if a.startswith(f"+{L.JOB_GROUP}=")).split("=", 1)[1].split(",")
+        launched.append(names)
+        fresh = plan(tmp_path, seeds=2, grid=grid)
+        jobs = {j.name: j for j in [*fresh.grid_sweep.jobs, *LR.chosen_sweep(fresh)[0].jobs]}
+        for name in names:
+            finish(fresh, Job(**{**jobs[name].__dict__, "export": fresh.grid_sweep.dir / name}), losses.get(name, 2.2))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(L.subprocess, "run", fake_multirun)
+    lr = plan(tmp_path, seeds=2, grid=grid)
+    assert [c.grid_jobs[rate].same_as is not None for c in lr.cells] == [True, True]  # the plain seed 1s: adopted
+    assert LR.run_lr(lr) == 1  # cell 0 waits on its plain seed 2
+    assert launched == [[f"{c}-lr{half}-s1" for c in CELLS]]  # only the new rate trained
+    results = tmp_path / "results" / "table3_e"
+
+    def real(name):
+        return (results / name).resolve()
+
+    assert [real(f"{c}-lr{rate:g}-s1") for c in CELLS] == [stored[f"{c}-s1"] for c in CELLS]
+    # cell 1 chose the plain rate: its plain seeds are its chosen seeds, with the selection
+    assert seen(results / f"{CELLS[1]}-s2")["config"]["lr_select"]["chosen"] == rate
+    assert real(f"{CELLS[1]}-s2") == stored[f"{CELLS[1]}-s2"]
+    # cell 0 chose rate / 2: its plain views untouched, one line naming the view and the command
+    assert [real(f"{CELLS[0]}-s{k}") for k in (1, 2)] == [stored[f"{CELLS[0]}-s{k}"] for k in (1, 2)]
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"  {CELLS[0]}: waits"))
+    assert f"{CELLS[0]}-s2 trained at {rate:g} before the grid, which chose {half}" in line
+    command = line.split("python -m headsweep.store ", 1)[1].split()
+    assert command == ["unshow", str(results / f"{CELLS[0]}-s2")]
+    assert store_main(command) == 0
+    assert "shown by no sweep now" in capsys.readouterr().out
+    assert (stored[f"{CELLS[0]}-s2"] / "results.json").is_file()  # the run stays in the store
+    # the same command again: seed 1 gives way to the chosen grid run (the plain run stays shown as its grid
+    # run at its rate), seed 2 trains at rate / 2
+    assert LR.run_lr(plan(tmp_path, seeds=2, grid=grid)) == 0
+    assert launched[1:] == [[f"{CELLS[0]}-s2"]]
+    assert real(f"{CELLS[0]}-s1") == real(f"{CELLS[0]}-lr{half}-s1")
+    assert real(f"{CELLS[0]}-lr{rate:g}-s1") == stored[f"{CELLS[0]}-s1"]
+    assert seen(results / f"{CELLS[0]}-s2")["config"]["module"]["peak_lr"] == rate / 2
+    assert f"{CELLS[0]}-s1: gave way to the chosen rate's grid run" in capsys.readouterr().out
+    assert LR.run_lr(plan(tmp_path, seeds=2, grid=grid)) == 0 and len(launched) == 2  # then nothing
+
+
+def test_a_grid_run_the_sweep_shows_under_another_name_is_refused_in_one_line(tmp_path):
+    """A run the grid would show as <cell>-lr<v>-s1 that the sweep already shows under a name other than its
+    cell's plain seed view would be counted twice by its page: one line; under another sweep name it is shared."""
+    _, rate = _plain_runs(tmp_path, 1, lambda cell: 2.3, names={f"{CELLS[0]}-s1": f"{CELLS[0]}-copy-s1"})
     with pytest.raises(LR.SweepError) as e:
-        plan(tmp_path, seeds=1, grid=grid)
+        plan(tmp_path, seeds=1, grid=[rate / 2, rate])
     assert str(e.value).count("\n") == 0
-    assert f"table3_e already shows {base.name}, the experiment of grid run {CELLS[0]}-lr{rate:g}-s1" in str(e.value)
+    assert f"table3_e already shows {CELLS[0]}-copy-s1, the experiment of grid run {CELLS[0]}-lr{rate:g}-s1" in str(
+        e.value
+    )
     assert "NAME=table3_e_edge" in str(e.value)
-    lr = plan(tmp_path, seeds=1, grid=grid, name_as="table3_e_edge")
+    lr = plan(tmp_path, seeds=1, grid=[rate / 2, rate], name_as="table3_e_edge")
     shared = lr.cells[0].grid_jobs[rate]
     assert shared.same_as is not None and shared.export.parent.name == "table3_e_edge"
     assert lr.cells[0].grid_jobs[rate / 2].same_as is None  # the other rate trains

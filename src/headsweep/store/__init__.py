@@ -7,6 +7,7 @@
 - migrate (headsweep.store.migrate): results/ of the old layout into the store, without training:
 
     python -m headsweep.store migrate [--results results]
+    python -m headsweep.store unshow results/<sweep>/<job> ...   (the view goes; the run stays in the store)
 
 record imports nothing of the store, store imports record, migrate both; this file only gathers their names.
 """
@@ -51,6 +52,7 @@ from headsweep.store.store import (
     store_dir,
     stored_runs,
     train_once,
+    unshow,
     view_of,
 )
 
@@ -91,6 +93,7 @@ __all__ = [
     "stored_runs",
     "strings",
     "train_once",
+    "unshow",
     "view_of",
     "write_record",
 ]

@@ -127,6 +127,21 @@ def show(store: Path, view: Path, tags: list[str], **extra) -> Path:
         return link_view(store, view)
 
 
+def unshow(view: Path) -> list[str]:
+    """Take the view results/<sweep>/<job> away: its symlink and its entry in the record, under the key's lock.
+    The run stays in results/runs/<key>; the views that still show it are returned ([]: none now)."""
+    view = Path(view)
+    if not view.is_symlink():
+        raise StoreError(f"{view} is no view (a symlink into results/{RUNS}/): nothing to take away")
+    stored = Path(os.path.realpath(view))
+    with key_lock(stored.parent.parent, stored.name):
+        record = read_record(stored)
+        record.views = [v for v in record.views if (v.get("sweep"), v.get("job")) != (view.parent.name, view.name)]
+        write_record(stored, record)
+        view.unlink()
+    return [f"{v['sweep']}/{v['job']}" for v in record.views]
+
+
 def train_once(results: Path, key: str, view: Path, tags: list[str], train, whole=None, wait_note=None):
     """(metrics, whether this process trained): under the key's lock, the stored experiment (whole by
     `whole(store dir)`, if given) is shown as `view`; else `train()` trains and exports it (its metrics)

@@ -21,9 +21,9 @@ Every job records the grid in its config (`lr_select`, tags lr-grid / lr-chosen 
 phase and grid; a chosen-rate job also the rate, each grid value's loss and the runs they came from.
 
 Grids as run (issue 54): each cell has its own grid. A later command with a wider LR_GRID and a narrow ONLY
-(edge runs for two cells) widens the grid of the cells it runs, recorded as an edge extension
-(`extended_from`: the grid before); a cell whose grid runs ONLY leaves out keeps the grid its runs were
-recorded under, so it neither waits for nor is recorded with rates it never needed.
+(edge runs for two cells) widens the grid of the cells it runs (`extended_from`: the grid before); a cell whose
+grid runs ONLY leaves out keeps the grid its runs were recorded under. A grid over a sweep first planned at one
+rate uses its seeds, never overwriting them: headsweep.sweeps.lr_plain.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
 from headsweep.store import as_seen, read_record, write_record
-from headsweep.sweeps import launch, planning
+from headsweep.sweeps import launch, lr_plain, planning
 from headsweep.sweeps.classes import class_bases
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
@@ -121,15 +121,12 @@ class LrPlan:
     grid_sweep: Sweep
     results: Path
     finished: list
+    give_way: list[Path] = field(default_factory=list)  # plain seed-1 views the chosen grid run replaces (lr_plain)
+    held: dict[str, str] = field(default_factory=dict)  # cell -> why it waits on plain seeds at another rate
 
 
 def lr_record(phase: str, grid: list[float], **more) -> dict:
     return {"phase": phase, "grid": list(grid), "select_on": SELECT_ON, **more}
-
-
-def _override(record: dict) -> str:
-    """The record as one Hydra dict override (the job file turns it into config)."""
-    return record_override("lr_select", record)
 
 
 def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, record: dict, grid_run: bool) -> Job:
@@ -145,7 +142,7 @@ def _job(template: Job, sweep: Sweep, results: Path, *, name: str, lr: float, re
         cell=cell,
         base=template.base and not grid_run,
         tags=tags,
-        overrides=[*keep, f"{LR_KEY}={lr!r}", _override(record), f"seed={template.seed}"],
+        overrides=[*keep, f"{LR_KEY}={lr!r}", record_override("lr_select", record), f"seed={template.seed}"],
         dir=sweep.dir / name,
         export=Path(os.path.abspath(results / sweep.name / name)),
         same_as=None,
@@ -198,7 +195,7 @@ def plan_lr(
                 grid_run=True,
             )
             find_reuse(job, {**c.flat, LR_KEY: v}, finished)
-            check_not_shown_twice(job, finished, own)
+            lr_plain.check_not_shown_twice(job, finished, own, plain=f"{c.label}-s{c.jobs[0].seed}")
             c.grid_jobs[v] = job
     # cell-major within the grid: each cell's rates side by side in the listing
     grid_sweep.jobs = [j for c in cells.values() for j in c.grid_jobs.values()]
@@ -211,20 +208,6 @@ def plan_lr(
             "use their names, with * and ?"
         )
     return lr
-
-
-def check_not_shown_twice(job: Job, finished: list, own: str) -> None:
-    """A grid run whose experiment this sweep already shows under another name (a seed-1 run planned without
-    the grid, e.g. h1-dk32-dv32-s1 for h1-dk32-dv32-lr0.002-s1) would be a second view of one run in one
-    sweep, which its page would count twice: one line, nothing planned."""
-    if job.same_as is None:
-        return
-    record = next(r for d, r in finished if d == job.same_as)
-    if shown := [v["job"] for v in record.views if v.get("sweep") == own and v.get("job") != job.name]:
-        raise SweepError(
-            f"{own} already shows {shown[0]}, the experiment of grid run {job.name} (it was planned without "
-            f"this grid): plan the grid under its own name (NAME={own}_edge, --name {own}_edge)"
-        )
 
 
 def recorded_grid(sweep_dir: Path, cell: str, seed: int) -> list[float]:
@@ -295,12 +278,19 @@ def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
     and the cells that wait for their grid runs."""
     sweep = replace(lr.grid_sweep, jobs=[])
     waiting, by_seed, picks = [], {}, select(lr)
+    lr.give_way, lr.held = [], {}
     for c in lr.cells:
         picked = picks[c.label]
         if picked is None:
             waiting.append(c.label)
             continue
         rate, losses = picked
+        views = [lr.results / lr.name / t.name for t in c.jobs]
+        give, hold = lr_plain.at_another_rate(views, rate, {v: j.done for v, j in c.grid_jobs.items()})
+        if hold:  # seeds of a plan without the grid at a rate it did not choose: never overwritten
+            waiting.append(c.label)
+            lr.held[c.label] = lr_plain.hold_line(c.label, hold, rate)
+            continue
         record = lr_record(
             CHOSEN_PHASE,
             c.grid,
@@ -312,8 +302,11 @@ def chosen_sweep(lr: LrPlan) -> tuple[Sweep, list[str]]:
         )
         for template in c.jobs:
             job = _job(template, sweep, lr.results, name=template.name, lr=rate, record=record, grid_run=False)
-            find_reuse(job, {**c.flat, LR_KEY: rate}, lr.finished)
-            if template.seed == c.jobs[0].seed and not job.done:
+            if job.name in give:  # run_lr takes the plain view away first: the grid run at its rate shows it
+                lr.give_way.append(job.export)
+            else:
+                find_reuse(job, {**c.flat, LR_KEY: rate}, lr.finished)
+            if template.seed == c.jobs[0].seed and (not job.done or job.name in give):
                 job.same_as, job.trained_as = c.grid_jobs[rate].export, None  # the selecting run: reused
             by_seed.setdefault(job.seed, []).append(job)
     sweep.jobs = [j for s in sorted(by_seed) for j in by_seed[s]]  # seed-major, as planning.plan
@@ -368,7 +361,9 @@ def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
     )
     picks = select(lr)
     for c in lr.cells:
-        if c.label in waiting:
+        if c.label in lr.held:
+            print(lr.held[c.label], file=out)
+        elif c.label in waiting:
             print(
                 f"  {c.label}: waits for its grid runs ({sum(j.done for j in c.grid_jobs.values())} of "
                 f"{len(c.grid)} finished)",
@@ -382,6 +377,10 @@ def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
                 + f"; default {lr_text(c.default_lr)})",
                 file=out,
             )
+    for view in lr.give_way:  # a plain seed-1 view at a rate not chosen: its grid run shows that run (lr_plain)
+        print(f"  {view.name}: {'gives' if dry else 'gave'} way to the chosen rate's grid run", file=out)
+        if not dry:
+            store.unshow(view)
     rc2 = launch.run(chosen, dry, out) if chosen.jobs else 0
     if not dry and chosen.jobs and rc2 != 130:
         record_selection(chosen, out)
@@ -397,4 +396,4 @@ def run_lr(lr: LrPlan, dry: bool = False, out=None) -> int:
             "command once their grid runs finish",
             file=out,
         )
-    return rc2 if rc2 == 130 else (1 if rc1 or rc2 or (stuck and not dry) else 0)
+    return rc2 if rc2 == 130 else (1 if rc1 or rc2 or ((stuck or lr.held) and not dry) else 0)
