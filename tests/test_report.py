@@ -696,6 +696,33 @@ def test_heads_by_width_plots_bleu_against_h_one_line_per_d_model():
     P.pyplot().close(fig)
 
 
+def test_each_lines_base_is_dashed_in_its_lines_colour():
+    """Cells compared with the base at their own width (row "against") get that base drawn in their line's colour,
+    beside the sweep's base in its own line's: a single base line in another line's colour would read as that
+    line's base."""
+    from headsweep.reports.sweep import plots as P
+
+    cells = heads_by_width_cells()
+    for c in cells:
+        if c.runs[0].flat["model.d_model"] == 512:
+            c.row["against"] = "h8-dm512"
+    fig, caption = P.bleu_figure("heads_by_width", cells, KEYS)
+    ax = fig.axes[0]
+    colour = {line.get_label(): line.get_color() for line in ax.get_lines() if line.get_label().startswith("d_model")}
+    dashed = {
+        line.get_label(): (line.get_color(), line.get_ydata()[0])
+        for line in ax.get_lines()
+        if line.get_linestyle() == "--"
+    }
+    mean = {c.label: c.row["test_bleu"] for c in cells}
+    assert dashed == {
+        "h8-dm128 (base)": (colour["d_model 128"], mean["h8-dm128"]),
+        "h8-dm512": (colour["d_model 512"], mean["h8-dm512"]),
+    }
+    assert colour["d_model 128"] != colour["d_model 512"] and "each line's base cell's mean" in caption
+    P.pyplot().close(fig)
+
+
 def test_a_plot_without_a_numeric_axis_names_its_cells_not_against_cell():
     from headsweep.reports.sweep import plots as P
 

@@ -120,6 +120,7 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str], spread: float | 
     x_key, split = bleu_axes(cells, keys)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     stuck_shown = False
+    colors: dict[str, str] = {}  # cell -> its line's colour, where lines split the cells
 
     def seeds_at(x, c, color):
         nonlocal stuck_shown
@@ -166,6 +167,7 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str], spread: float | 
         for i, (name, members) in enumerate(lines.items()):
             members.sort(key=lambda c: c.runs[0].flat[x_key])
             color = f"C{i % 10}" if split else "C0"
+            colors.update({c.label: color for c in members} if split else {})
             xs = [c.runs[0].flat[x_key] for c in members]
             mean = [c.row["test_bleu"] for c in members]
             sd = [c.row["test_bleu_sd"] or 0 for c in members]
@@ -191,9 +193,12 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str], spread: float | 
         xlabel = reader_name(x_key)
         by = ", ".join(reader_name(k) for k in naming)
         against = xlabel + (f", one line per {by}" if split else "")
-    base = next((c for c in cells if c.base), None)
-    if base is not None:
-        ax.axhline(base.row["test_bleu"], color="C1", ls="--", lw=1, label=display(base))
+    # the base, and each base a line's cells are compared with (the base at their length or width), in its line's
+    # colour: one colour for two lines' bases would read as the other line's
+    refs = {c.row.get("against") for c in cells}
+    bases = [c for c in cells if c.base or c.label in refs]
+    for ref in bases:
+        ax.axhline(ref.row["test_bleu"], color=colors.get(ref.label, "C1"), ls="--", lw=1, label=display(ref))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test BLEU")
     ax.set_title(f"{sweep}: test BLEU vs {xlabel}" + (" (1 seed)" if one_seed(cells) else ""))
@@ -201,8 +206,12 @@ def bleu_figure(sweep: str, cells: list[Cell], keys: list[str], spread: float | 
     ax.legend(fontsize=8)
     fig.tight_layout()
     caption = (
-        f"Test BLEU against {against}: the mean over seeds, its ± sd as a band, each seed a dot; the base "
-        "cell's mean (dashed)"
+        f"Test BLEU against {against}: the mean over seeds, its ± sd as a band, each seed a dot; "
+        + (
+            "each line's base cell's mean (dashed, in its line's colour)"
+            if len(bases) > 1
+            else "the base cell's mean (dashed)"
+        )
         if x_key is not None and split and {len(c.runs) for c in cells} != {1}
         else f"Test BLEU against {against}: each seed (dots), {over_seeds(cells)}, the base cell's mean (dashed)"
         if x_key is not None
