@@ -122,9 +122,9 @@ ROWS ?=
 # make table3-report: the rows' sweeps under a GPU's name, e.g. SUFFIX=_h100 (what make table3 printed there)
 SUFFIX ?=
 
-table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, the chosen start, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2 START=unit]
+table3: setup  ## Table 3, rows A-E, today's protocol (fan_in, the chosen start, step decay, a rate per cell, 3 seeds), resumable: make table3 [ROWS=A,D DRY=1 JOBS=2 START=unit ONLY='*N4*']
 	$(TRAIN_PY) -m headsweep.sweeps.table3 $(if $(ROWS),--rows $(ROWS)) $(if $(START),--start $(START)) $(if $(DRY),--dry) $(if $(JOBS),--jobs $(JOBS)) \
-		$(if $(LAUNCHER),--launcher $(LAUNCHER)) --results $(RESULTS) $(ARGS)
+		$(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(ONLY),--only '$(ONLY)') --results $(RESULTS) $(ARGS)
 
 table3-report: setup  ## reports/table3.json (every verdict), the page, index and README answers rendered from it [SUFFIX=_h100]
 	$(PY) -m headsweep.reports.pages.table3 --root $(RESULTS) $(if $(SUFFIX),--suffix $(SUFFIX)) --readme README.md $(ARGS)

@@ -63,7 +63,7 @@ def test_every_row_plans_todays_protocol_around_one_base_run(tmp_path, monkeypat
         assert Path(os.readlink(shipped)).name == keys["table3_a_fan_in"][0.002]
 
 
-def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch, capsys):
+def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch, capsys, bf16_cpu):
     """Rows A and C sweep 1e-3,2e-3,4e-3 (5e-4 won no earlier cell; 2e-3 needed an edge run nearly everywhere),
     the shipped rows stay on 5e-4,1e-3,2e-3: each sweep is handed its row's grid, and the protocol line says both."""
     seen = {}
@@ -85,7 +85,9 @@ def test_each_row_runs_on_its_own_grid_and_the_page_names_every_grid(monkeypatch
     assert "5e-4,1e-3,2e-3 (rows A and C: 1e-3,2e-3,4e-3)" in PROTOCOLS[EARLIER]["words"]
 
 
-def test_the_default_start_runs_each_row_under_its_own_name_and_unit_keeps_the_earlier_rows(monkeypatch, capsys):
+def test_the_default_start_runs_each_row_under_its_own_name_and_unit_keeps_the_earlier_rows(
+    monkeypatch, capsys, bf16_cpu
+):
     """`make table3` trains every row from the model's default residual-output gains (1/sqrt(6)) as <sweep>_start,
     beside the rows measured at gain 1 (their specs pin it); START=unit plans those rows under their own names."""
     from headsweep.model.transformer import TransformerConfig
@@ -107,6 +109,37 @@ def test_the_default_start_runs_each_row_under_its_own_name_and_unit_keeps_the_e
     assert list(seen) == ["table3_c"] and "--name" not in seen["table3_c"]
     assert not any("init_wo_gain" in a for a in seen["table3_c"])
     assert "W^O and W_2 at gain 1 (the earlier start)" in capsys.readouterr().out
+
+
+def test_a_cpu_without_bf16_units_runs_a_bf16_row_in_fp32_under_its_own_name_with_its_own_base(
+    tmp_path, monkeypatch, capsys
+):
+    """Row B's runs are bf16; on an AVX2-only CPU (bf16 5-130x slower) each row is planned as <sweep>_start_fp32 at
+    the machine's fp32, never pinned to bf16, and ONLY reaches make sweep. A bf16 CPU, or a command that sets the
+    precision, keeps the rows' own names."""
+    cfg = compose(["trainer.precision=bf16-mixed", f"paths.output_dir={tmp_path / 'table3_b_fan_in' / 'x-s1'}"])
+    write_results(tmp_path / "table3_b_fan_in" / "x-s1", {"status": "complete", "config": OmegaConf.to_container(cfg)})
+    seen = {}
+    monkeypatch.setattr(
+        "headsweep.sweeps.sweep.main", lambda argv: seen.setdefault(argv[argv.index("--name") + 1], argv) and 0
+    )
+    monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda: False)
+    args = ["--dry", "--rows", "C,D", "--only", "*N4*", "--results", str(tmp_path), "trainer.accelerator=cpu"]
+    assert P.main(args) == 0
+    assert set(seen) == {"table3_c_start_fp32", "table3_d_dropout_start_fp32", "table3_d_smoothing_start_fp32"}
+    for argv in seen.values():
+        assert not any(a.startswith("trainer.precision=") for a in argv), argv
+        assert argv[argv.index("--only") + 1] == "*N4*"
+    out = capsys.readouterr().out
+    assert "in fp32, this CPU having no bf16 units (sweeps named <sweep>_start_fp32, own base)" in out
+    for bf16, extra, name, pin in (
+        (True, [], "table3_c_start", "trainer.precision=bf16-mixed"),
+        (False, ["trainer.precision=bf16-mixed"], "table3_c_start", "trainer.precision=bf16-mixed"),
+    ):
+        seen.clear()
+        monkeypatch.setattr("headsweep.config.cpu_has_bf16", lambda b=bf16: b)
+        assert P.main(["--dry", "--rows", "C", "--results", str(tmp_path), "trainer.accelerator=cpu", *extra]) == 0
+        assert list(seen) == [name] and pin in seen[name], (bf16, seen)
 
 
 def test_a_finished_run_under_another_start_in_a_row_is_one_line(tmp_path, capsys):
@@ -340,6 +373,51 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     assert a["instead_of"] == [["table3_a_fan_in"], "partial (phase 1 only)"]
     assert by_cell(rec)[("A", "h 1")]["delta"] == pytest.approx(-1.0)  # against the card's base (33), not 30
     assert "Shown from the card" in " ".join(a["notes"])
+
+
+def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_named_as_running(tmp_path, data):
+    """Row B in bf16 has only a grid run; the same row in fp32 on an AVX2-only CPU (table3_b_fan_in_fp32, make table3
+    there) is named on the page while partial, and shown whole, against its own base, once its third seeds land.
+    Tails that are no machine class (an edge check, budget trunks) are never a row."""
+    root = tmp_path / "results"
+    avx2 = {"cpu": "AMD EPYC", "cpu_class": "AVX2, no bf16 units", "gpu": None, "torch": "2"}
+    fake_run(root, data, "table3_b_fan_in", "h8-dk8-dv32", ["model.d_k=8"], 1, 25.0, phase="grid")
+    fp32 = {"machine": avx2, "protocol": ["model.init=fan_in", *UNIT, "trainer.precision=32-true"]}
+    for seed in (1, 2):
+        for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
+            over = [f"model.d_k={dk}", "model.d_v=32"]
+            fake_run(
+                root,
+                data,
+                "table3_b_fan_in_fp32",
+                f"h8-dk{dk}-dv32",
+                over,
+                seed,
+                bleu + seed / 10,
+                base=dk == 32,
+                **fp32,
+            )
+    paper = T.read_paper(T.PAPER_CSV)
+    b = T.build(root, paper)["rows"]["B"][R.EARLIER]
+    assert b["sweeps"] == ["table3_b_fan_in"] and b["state"] == "partial (phase 1 only)"
+    assert (
+        "Also running on another machine class, shown here once complete: table3_b_fan_in_fp32 (32-true cpu): "
+        "0 of 3 cells at 3 seeds" in " ".join(b["notes"])
+    )
+    for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
+        over = [f"model.d_k={dk}", "model.d_v=32"]
+        fake_run(root, data, "table3_b_fan_in_fp32", f"h8-dk{dk}-dv32", over, 3, bleu + 0.3, base=dk == 32, **fp32)
+    rec = T.build(root, paper)
+    b = rec["rows"]["B"][R.EARLIER]
+    assert b["sweeps"] == ["table3_b_fan_in_fp32"] and b["state"] == "complete" and b["devices"] == ["32-true cpu"]
+    assert "Shown from AVX2, no bf16 units in fp32: the bf16 table3_b_fan_in is partial (phase 1 only)" in " ".join(
+        b["notes"]
+    )
+    dk8 = by_cell(rec)[("B", "d_k 8")]
+    assert dk8["delta"] == pytest.approx(2.0) and dk8["cell_class"] == dk8["base_class"] == avx2["cpu_class"]
+    for tail in ("_edge", "_budgets", "_edge_h200", "_h200"):
+        (root / f"table3_b_fan_in{tail}").mkdir()
+    assert R.class_suffixes(root, ["table3_b_fan_in"]) == ["_fp32", "_h200"]
 
 
 def test_a_row_of_two_sweeps_takes_the_one_a_card_finished_and_compares_each_cell_within_its_class(tmp_path, data):

@@ -21,7 +21,9 @@ table3_b_fan_in: planned like the others, it finds every job done. Resumable: a 
 Device: a sweep never mixes devices. On the CPU every row runs at row B's precision (its shipped runs'),
 so the base stays the one run row B has. Where torch sees a GPU every row runs there, packed on the card,
 under the name <sweep>_<card> (table3_b_fan_in_h100: row B again, on that card, so that the rows share one
-base); `make table3-report SUFFIX=_h100` shows those.
+base); `make table3-report SUFFIX=_h100` shows those. On a CPU without bf16 units (AVX2 only), where row B
+ran bf16, each row runs in fp32 under <sweep>_fp32 (CPU_TAIL) with its own base: bf16 there is 5-130x slower,
+and a cell is only ever compared with a base of its own machine class. Part of a row: --only (make sweep's).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ LR_GRID = "5e-4,1e-3,2e-3"
 ROW_GRIDS = {"A": "1e-3,2e-3,4e-3", "C": "1e-3,2e-3,4e-3"}  # why: the module's docstring
 BASE_ROW = "B"  # the shipped row at today's protocol: its precision is every row's on a CPU
 STARTS = ("chosen", "unit")
+CPU_TAIL = "_fp32"  # a row's sweeps on a CPU without bf16 units, where row B's runs are bf16 (the docstring)
 GAINS = ("model.init_wo_gain", "model.init_ff2_gain")
 
 
@@ -111,27 +114,45 @@ def parse_rows(text: str | None) -> list[str]:
     return [r for r in ROWS if r in asked]
 
 
-def suffix(overrides: list[str]) -> str:
-    """'' on the CPU; '_<card>' where torch sees a GPU and the overrides do not ask for the CPU."""
+def suffix(overrides: list[str], results: Path | None = None) -> str:
+    """'_<card>' where torch sees a GPU and the overrides do not ask for the CPU; on the CPU '' , or CPU_TAIL
+    where this CPU has no bf16 units and row B's runs are bf16 (the command setting no precision)."""
     import torch
 
+    from headsweep.config import cpu_has_bf16
     from headsweep.sweeps.packing import device_slug
     from headsweep.sweeps.planning import _asked_device
 
-    if _asked_device(overrides) == "cpu" or not torch.cuda.is_available():
+    if _asked_device(overrides) != "cpu" and torch.cuda.is_available():
+        return f"_{device_slug(torch.cuda.get_device_name())}"
+    if results is None or cpu_has_bf16() or any(o.startswith("trainer.precision=") for o in overrides):
         return ""
-    return f"_{device_slug(torch.cuda.get_device_name())}"
+    return CPU_TAIL if base_precision(results) == "bf16-mixed" else ""
 
 
-def pinned(results: Path, overrides: list[str], on_gpu: bool) -> list[str]:
-    """On the CPU: trainer.precision of row B's finished runs, unless the command sets it (the base then is
-    row B's run, whatever this CPU's default precision)."""
+def base_precision(results: Path) -> str | None:
+    """trainer.precision of row B's finished runs; None where they are none or disagree."""
     from headsweep.sweeps.sweep_settings import finished_values
 
-    if on_gpu or any(o.startswith("trainer.precision=") for o in overrides):
-        return []
     found = finished_values(results / ROWS[BASE_ROW][0]).get("trainer.precision") or {}
-    return [f"trainer.precision={next(iter(found))}"] if len(found) == 1 else []
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def pinned(results: Path, overrides: list[str], tail: str) -> list[str]:
+    """On the CPU under row B's names: trainer.precision of row B's finished runs, unless the command sets it
+    (the base then is row B's run, whatever this CPU's default precision). Under a tail (a card, CPU_TAIL) the
+    rows have their own base at the machine's own precision."""
+    if tail or any(o.startswith("trainer.precision=") for o in overrides):
+        return []
+    found = base_precision(results)
+    return [f"trainer.precision={found}"] if found else []
+
+
+def where(start: str, tail: str) -> str:
+    """The plan line's words on a tail: the GPU's, or a CPU's without bf16 units."""
+    if tail == CPU_TAIL:
+        return f" in fp32, this CPU having no bf16 units (sweeps named <sweep>{start}{tail}, own base)"
+    return f" on the GPU (sweeps named <sweep>{start}{tail})" if tail else ""
 
 
 def sweep_args(name: str, own: str, grid: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
@@ -150,6 +171,7 @@ def sweep_args(name: str, own: str, grid: str, args: argparse.Namespace, extra: 
         str(args.root),
         *(["--jobs", str(args.jobs)] if args.jobs else []),
         *(["--launcher", args.launcher] if args.launcher else []),
+        *(["--only", args.only] if args.only else []),
         *(["--dry"] if args.dry else []),
         *extra,
     ]
@@ -164,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", help="plan every row's jobs, done or to run; run nothing")
     parser.add_argument("--jobs", type=int, default=None, help="jobs at once (make sweep's JOBS)")
     parser.add_argument("--launcher", default=None, help="make sweep's LAUNCHER")
+    parser.add_argument("--only", default="", help="make sweep's ONLY: the jobs matching these globs, e.g. '*N4*'")
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--root", type=Path, default=Path("multirun"))
     args, extra = parser.parse_known_args(argv)
@@ -176,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from headsweep.sweeps import sweep
 
-    tail = suffix(extra)
+    tail = suffix(extra, args.results)
     start, gains = start_overrides(args.start)
-    extra = [*extra, *pinned(args.results, extra, bool(tail)), *gains]
+    extra = [*extra, *pinned(args.results, extra, tail), *gains]
     for row in rows:
         for name in ROWS[row]:
             if not args.dry and (bad := gains and mixed_start(args.results, name + start + tail, gains)):
@@ -187,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"table3: rows {', '.join(rows)} at the {BUDGET} budget, {SEEDS} seeds, a peak rate per cell from "
         f"{grid_words()}, {'W^O and W_2 at gain 1 (the earlier start)' if not gains else ' '.join(gains)}"
-        f"{f' on the GPU (sweeps named <sweep>{start}{tail})' if tail else ''}",
+        f"{where(start, tail)}",
         flush=True,
     )
     failed = []
@@ -201,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"table3: rows not finished: {', '.join(failed)}; rerun the same command to resume", file=sys.stderr)
         return 1
     page = "make table3-report" + (f" SUFFIX={tail}" if tail else "")
+    if tail == CPU_TAIL:  # the main page shows a row from here once it is complete and the bf16 one is not
+        page = f"make table3-report (the row from here once complete; its own page: {page})"
     print(f"\ntable3: {'planned' if args.dry else 'done'}; the page: {page}")
     return 0
 

@@ -3,14 +3,16 @@ its cells, their stuck runs (report.stuck_runs: the one rule every page uses), a
 row beside its verdicts (convergence, grid edges, runs left out). Used by headsweep.reports.pages.table3.
 
 A row's sweeps are those of headsweep.sweeps.table3.ROWS under the protocol's suffix ('' or '_start'). A row is
-the CPU's sweeps unless only a card finished it (<sweep>_<card>, every run on a GPU): then every cell of it, its
-base too, is the card's."""
+the CPU's sweeps unless only another machine class finished it (<sweep>_<card>, every run on a GPU; or
+<sweep>_fp32, every run on one CPU class without bf16 units): then every cell of it, its base too, is that
+class's."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from headsweep.machine import run_class
 from headsweep.reports.pages.table3_paper import f
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
@@ -20,7 +22,7 @@ from headsweep.reports.sweep.rate_check import other_rates, rate_check_lines
 from headsweep.reports.sweep.stuck import gap_words
 from headsweep.reports.sweep.summary import cell_numbers
 from headsweep.sweeps.lr_select import LR_KEY
-from headsweep.sweeps.table3 import BUDGET, ROWS, SEEDS, chosen_gain, grid_words
+from headsweep.sweeps.table3 import BUDGET, CPU_TAIL, ROWS, SEEDS, chosen_gain, grid_words
 
 EARLIER, START = "earlier", "start"
 START_GAIN = chosen_gain()  # W^O's and W_2's init gain the base chose (init_scale; docs/init.md)
@@ -139,20 +141,30 @@ def row_info(root: Path, row: str, sweeps: list[str], protocol: str, pool: dict)
     return info
 
 
-def card_suffixes(root: Path, names: list[str]) -> list[str]:
-    """'_h200' where every sweep of a row also ran on a card under its name (make table3 where torch sees a
-    GPU)."""
+def class_suffixes(root: Path, names: list[str]) -> list[str]:
+    """'_h200', '_fp32': where every sweep of a row also ran on another machine class under its name (make table3
+    where torch sees a GPU, or on a CPU without bf16 units). Other tails ('_edge', '_budgets') are not rows."""
     first = names[0]
     found = {p.name[len(first) :] for p in root.glob(f"{first}_*") if p.is_dir()} if root.is_dir() else set()
-    return sorted(s for s in found if s != "_start" and all((root / (n + s)).is_dir() for n in names))
+    is_class = lambda s: s == CPU_TAIL or (s[1:].isalnum() and any(c.isdigit() for c in s))  # noqa: E731
+    return sorted(s for s in found if is_class(s) and all((root / (n + s)).is_dir() for n in names))
 
 
 def complete(info: dict) -> bool:
     return bool(info["cells"]) and info.get("base") is not None and all(c.row["n"] >= SEEDS for c in info["cells"])
 
 
+def classes(info: dict) -> set[str]:
+    return {run_class(r.results.get("machine")) for c in info["cells"] for r in c.runs}
+
+
 def on_card(info: dict) -> bool:
     return complete(info) and all(d.endswith(" gpu") for d in info["devices"])
+
+
+def on_own_class(info: dict) -> bool:
+    """Complete, and on one machine class: every run on a card, or every run on one CPU class."""
+    return on_card(info) or (complete(info) and len(classes(info)) == 1)
 
 
 def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
@@ -166,12 +178,14 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
         info = row_info(root, row, [n + suffix for n in names], protocol, pool)
         cpu = (info["sweeps"], info["status"] if not info["cells"] else "partial")
         if not suffix and not complete(info):
-            for card in card_suffixes(root, names):
-                alt = row_info(root, row, [n + card for n in names], protocol, pool)
-                if on_card(alt):
+            for tail in class_suffixes(root, names):
+                alt = row_info(root, row, [n + tail for n in names], protocol, pool)
+                if on_own_class(alt):
                     alt["instead_of"] = cpu
                     info = alt
                     break
+                if alt["cells"] or alt["grid"]:  # the row also runs elsewhere: the page says how far it is
+                    info.setdefault("elsewhere", []).append(elsewhere(alt))
         if not suffix and not info.get("instead_of") and len(names) > 1:
             mixed = per_sweep(root, row, names, protocol, pool)
             if mixed is not None and len(mixed["cells"]) > len(info["cells"]):
@@ -181,13 +195,24 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
     return out
 
 
+def elsewhere(info: dict) -> str:
+    """'table3_c_start_fp32 (32-true cpu): 2 of 8 cells at 3 seeds, 9 grid runs': a row's other-class sweeps
+    while unfinished."""
+    done = sum(c.row["n"] >= SEEDS for c in info["cells"])
+    devices = ", ".join(info.get("devices") or []) or "grid runs only"
+    return (
+        f"{', '.join(info['sweeps'])} ({devices}): {done} of {len(info['cells'])} cells at {SEEDS} seeds, "
+        f"{len(info['grid'])} grid runs"
+    )
+
+
 def per_sweep(root: Path, row: str, names: list[str], protocol: str, pool: dict) -> dict | None:
     """The row with each sweep from the CPU, or from a card that finished that sweep with more cells than the CPU
     has; None where no card does, or the row so taken is unfinished."""
     chosen = []
     for name in names:
         pick, cpu = name, row_info(root, row, [name], protocol, pool)
-        for card in card_suffixes(root, [name]):
+        for card in class_suffixes(root, [name]):
             alt = row_info(root, row, [name + card], protocol, pool)
             if on_card(alt) and (not complete(cpu) or len(alt["cells"]) > len(cpu["cells"])):
                 pick = name + card
@@ -281,6 +306,11 @@ def notes(info: dict, names: dict) -> list[str]:
                 f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
                 "trained on the card, and each Δ is against the card's own base."
             )
+        elif on_own_class(info) and all(n.endswith(CPU_TAIL) for n in info["sweeps"]):
+            lines.append(
+                f"Shown from {', '.join(sorted(classes(info)))} in fp32: the bf16 {', '.join(cpu)} is {state}; every "
+                "cell of this row, its base too, trained on that CPU class, and each Δ is against its own base there."
+            )
         else:
             card = [n for n in info["sweeps"] if n not in cpu]
             lines.append(
@@ -301,6 +331,10 @@ def notes(info: dict, names: dict) -> list[str]:
         lines += info["edges"]
         if info.get("rate_checks"):
             lines += rate_check_lines([(names.get(label, label), v, rate) for label, v, rate in info["rate_checks"]])
+    if info.get("elsewhere"):
+        lines.append(
+            f"Also running on another machine class, shown here once complete: {'; '.join(info['elsewhere'])}."
+        )
     if info["missing"]:
         lines.append(f"Not run yet: {', '.join(info['missing'])}.")
     if info["left_out"]:
