@@ -383,6 +383,10 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     avx2 = {"cpu": "AMD EPYC", "cpu_class": "AVX2, no bf16 units", "gpu": None, "torch": "2"}
     fake_run(root, data, "table3_b_fan_in", "h8-dk8-dv32", ["model.d_k=8"], 1, 25.0, phase="grid")
     fp32 = {"machine": avx2, "protocol": ["model.init=fan_in", *UNIT, "trainer.precision=32-true"]}
+    fake_run(root, data, "table3_b_fan_in_fp32", "h8-dk8-dv32", ["model.d_k=8"], 1, 25.0, phase="grid", lr=1e-3, **fp32)
+    b = T.build(root, T.read_paper(T.PAPER_CSV))["rows"]["B"][R.EARLIER]
+    assert "table3_b_fan_in_fp32 (phase 1 only): 1 learning-rate grid run." in " ".join(b["notes"])
+    fp32 = {"machine": avx2, "protocol": ["model.init=fan_in", *UNIT, "trainer.precision=32-true"]}
     for seed in (1, 2):
         for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
             over = [f"model.d_k={dk}", "model.d_v=32"]
@@ -402,7 +406,7 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     assert b["sweeps"] == ["table3_b_fan_in"] and b["state"] == "partial (phase 1 only)"
     assert (
         "Also running on another machine class, shown here once complete: table3_b_fan_in_fp32 (32-true cpu): "
-        "0 of 3 cells at 3 seeds" in " ".join(b["notes"])
+        "0 of 3 cells at 3 seeds, 1 learning-rate grid run." in " ".join(b["notes"])
     )
     for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
         over = [f"model.d_k={dk}", "model.d_v=32"]

@@ -196,14 +196,14 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
 
 
 def elsewhere(info: dict) -> str:
-    """'table3_c_start_fp32 (32-true cpu): 2 of 8 cells at 3 seeds, 9 grid runs': a row's other-class sweeps
-    while unfinished."""
+    """'table3_c_start_fp32 (32-true cpu): 2 of 8 cells at 3 seeds, 9 learning-rate grid runs': a row's
+    other-class sweeps while unfinished."""
+    n = len(info["grid"])
+    name, grid = ", ".join(info["sweeps"]), f"{n} learning-rate grid run{'s' if n != 1 else ''}"
+    if not info["cells"]:
+        return f"{name} (phase 1 only): {grid}"
     done = sum(c.row["n"] >= SEEDS for c in info["cells"])
-    devices = ", ".join(info.get("devices") or []) or "grid runs only"
-    return (
-        f"{', '.join(info['sweeps'])} ({devices}): {done} of {len(info['cells'])} cells at {SEEDS} seeds, "
-        f"{len(info['grid'])} grid runs"
-    )
+    return f"{name} ({', '.join(info['devices'])}): {done} of {len(info['cells'])} cells at {SEEDS} seeds, {grid}"
 
 
 def per_sweep(root: Path, row: str, names: list[str], protocol: str, pool: dict) -> dict | None:
