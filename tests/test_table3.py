@@ -388,7 +388,7 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     assert "table3_b_fan_in_fp32 (phase 1 only): 1 learning-rate grid run." in " ".join(b["notes"])
     fp32 = {"machine": avx2, "protocol": ["model.init=fan_in", *UNIT, "trainer.precision=32-true"]}
     for seed in (1, 2):
-        for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
+        for dk, bleu in ((32, 30.0), (16, 30.3)):  # d_k 8 later: a row of its first cells is not the row
             over = [f"model.d_k={dk}", "model.d_v=32"]
             fake_run(
                 root,
@@ -408,9 +408,14 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
         "Also running on another machine class, shown here once complete: table3_b_fan_in_fp32 (32-true cpu): "
         "0 of 3 cells at 3 seeds, 1 learning-rate grid run." in " ".join(b["notes"])
     )
-    for dk, bleu in ((32, 30.0), (16, 30.3), (8, 32.0)):
+    for dk, bleu in ((32, 30.0), (16, 30.3)):
         over = [f"model.d_k={dk}", "model.d_v=32"]
         fake_run(root, data, "table3_b_fan_in_fp32", f"h8-dk{dk}-dv32", over, 3, bleu + 0.3, base=dk == 32, **fp32)
+    b = T.build(root, paper)["rows"]["B"][R.EARLIER]  # every cell it has at 3 seeds, but d_k 8 not run: not whole
+    assert b["sweeps"] == ["table3_b_fan_in"] and "2 of 3 cells at 3 seeds" in " ".join(b["notes"])
+    for seed in (1, 2, 3):
+        over = ["model.d_k=8", "model.d_v=32"]
+        fake_run(root, data, "table3_b_fan_in_fp32", "h8-dk8-dv32", over, seed, 32.0 + seed / 10, **fp32)
     rec = T.build(root, paper)
     b = rec["rows"]["B"][R.EARLIER]
     assert b["sweeps"] == ["table3_b_fan_in_fp32"] and b["state"] == "complete" and b["devices"] == ["32-true cpu"]

@@ -16,6 +16,7 @@ from headsweep.machine import run_class
 from headsweep.reports.pages.table3_paper import f
 from headsweep.reports.sweep import convergence as report_convergence
 from headsweep.reports.sweep.cells import Cell, group_cells, load_runs
+from headsweep.reports.sweep.complete import planned_runs
 from headsweep.reports.sweep.lr import choices, edge_section, split_grid_runs
 from headsweep.reports.sweep.page import stuck_runs
 from headsweep.reports.sweep.rate_check import other_rates, rate_check_lines
@@ -162,9 +163,15 @@ def on_card(info: dict) -> bool:
     return complete(info) and all(d.endswith(" gpu") for d in info["devices"])
 
 
-def on_own_class(info: dict) -> bool:
-    """Complete, and on one machine class: every run on a card, or every run on one CPU class."""
-    return on_card(info) or (complete(info) and len(classes(info)) == 1)
+def on_own_class(info: dict, root: Path) -> bool:
+    """Complete, and on one machine class: every run on a card, or every run on one CPU class with every cell its
+    sweeps' specs plan (a CPU row replaces the bf16 one only whole, never by its first cells)."""
+    if on_card(info):
+        return True
+    if not complete(info) or len(classes(info)) != 1:
+        return False
+    planned = planned_cells(info, root)
+    return planned is not None and len(info["cells"]) >= planned
 
 
 def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
@@ -180,12 +187,12 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
         if not suffix and not complete(info):
             for tail in class_suffixes(root, names):
                 alt = row_info(root, row, [n + tail for n in names], protocol, pool)
-                if on_own_class(alt):
+                if on_own_class(alt, root):
                     alt["instead_of"] = cpu
                     info = alt
                     break
                 if alt["cells"] or alt["grid"]:  # the row also runs elsewhere: the page says how far it is
-                    info.setdefault("elsewhere", []).append(elsewhere(alt))
+                    info.setdefault("elsewhere", []).append(elsewhere(alt, root))
         if not suffix and not info.get("instead_of") and len(names) > 1:
             mixed = per_sweep(root, row, names, protocol, pool)
             if mixed is not None and len(mixed["cells"]) > len(info["cells"]):
@@ -195,7 +202,13 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
     return out
 
 
-def elsewhere(info: dict) -> str:
+def planned_cells(info: dict, root: Path) -> int | None:
+    """The cells a row's sweeps' specs plan (a base shared by two sweeps once); None where a spec is unknown."""
+    plans = [planned_runs(n, results=root) for n in info["sweeps"]]
+    return None if None in plans else sum(p[1] for p in plans) - (len(plans) - 1)
+
+
+def elsewhere(info: dict, root: Path) -> str:
     """'table3_c_start_fp32 (32-true cpu): 2 of 8 cells at 3 seeds, 9 learning-rate grid runs': a row's
     other-class sweeps while unfinished."""
     n = len(info["grid"])
@@ -203,7 +216,8 @@ def elsewhere(info: dict) -> str:
     if not info["cells"]:
         return f"{name} (phase 1 only): {grid}"
     done = sum(c.row["n"] >= SEEDS for c in info["cells"])
-    return f"{name} ({', '.join(info['devices'])}): {done} of {len(info['cells'])} cells at {SEEDS} seeds, {grid}"
+    of = max(planned_cells(info, root) or 0, len(info["cells"]))
+    return f"{name} ({', '.join(info['devices'])}): {done} of {of} cells at {SEEDS} seeds, {grid}"
 
 
 def per_sweep(root: Path, row: str, names: list[str], protocol: str, pool: dict) -> dict | None:
@@ -306,7 +320,7 @@ def notes(info: dict, names: dict) -> list[str]:
                 f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
                 "trained on the card, and each Δ is against the card's own base."
             )
-        elif on_own_class(info) and all(n.endswith(CPU_TAIL) for n in info["sweeps"]):
+        elif all(n.endswith(CPU_TAIL) for n in info["sweeps"]):
             lines.append(
                 f"Shown from {', '.join(sorted(classes(info)))} in fp32: the bf16 {', '.join(cpu)} is {state}; every "
                 "cell of this row, its base too, trained on that CPU class, and each Δ is against its own base there."
