@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from headsweep.reporting.markdown import p_words
 from headsweep.reporting.stats import contrast, holm
 from headsweep.reports.pages.verdicts import ALPHA, class_of
 
@@ -90,7 +91,7 @@ def length_interactions(cells: list, base) -> list[str]:
         said = f"its Δ is {word} at join {k}" if word else f"no change with length shown (Holm p >= {ALPHA:g})"
         lines.append(
             f"{head}: {stat['estimate']:+.2f} BLEU (95% CI [{stat['lo']:+.2f}, {stat['hi']:+.2f}], Welch-Satterthwaite "
-            f"over seeds, p = {stat['p']:.3f}, Holm p = {p_holm:.3f}; seeds {seeds}): {said}."
+            f"over seeds, {p_words(stat['p'])}, Holm {p_words(p_holm)}; seeds {seeds}): {said}."
         )
     return lines
 
@@ -169,4 +170,4 @@ def _slope(s: dict, digits: int) -> str:
     v = f"{s['estimate']:+.{digits}f}"
     if s["lo"] is None:
         return f"{v} (no interval: the seeds do not vary)"
-    return f"{v} [{s['lo']:+.{digits}f}, {s['hi']:+.{digits}f}], p = {s['p']:.3f}"
+    return f"{v} [{s['lo']:+.{digits}f}, {s['hi']:+.{digits}f}], {p_words(s['p'])}"
