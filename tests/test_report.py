@@ -858,7 +858,7 @@ def test_a_budgets_store_gets_no_sweep_page_and_the_index_points_to_the_budgets_
     assert sweep_pages(["table3_c_budgets"], lambda n: R.write_report(n, root, out, n_samples=10), every=True) == []
     assert not (out / "table3_c_budgets.md").exists()
     write_index(out, root, questions=[])
-    index = (out / "index.md").read_text()
+    index = (out / "index.md").read_text() + (out / "sweeps.md").read_text()
     assert "table3_c_budgets" not in index  # no "runs but no report yet": the budgets page (a view) reads it
 
 

@@ -197,15 +197,19 @@ def test_index_links_every_sweep_and_prune_report(tmp_path):
     shutil.copy(Path(__file__).parents[1] / "reports" / "table3_a-bleu.png", out / "prune-x" / "prune.png")
     assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
-    assert 'href="table3_a.html"' in index and 'href="prune-x/prune.html"' in index
-    unreported = next(line for line in index.splitlines() if "Runs but no report yet" in line)
+    # the sweeps are listed on a page of their own, which the index links (with how many wait for a report)
+    assert 'href="sweeps.html"' in index and 'href="prune-x/prune.html"' in index
+    assert "1 with runs but no report yet" in index
+    sweeps = (out / "sweeps.html").read_text()
+    assert 'href="table3_a.html"' in sweeps and '<a href="index.html">' in sweeps
+    unreported = next(line for line in sweeps.splitlines() if "Runs but no report yet" in line)
     assert "heads_specialise" in unreported  # in results/, not yet reported
     prune = (out / "prune-x" / "prune.html").read_text()
     assert "<td>72</td>" in prune and '<img src="prune.png"' in prune and "<figcaption>" in prune
 
     assert B.main(["--sweep", "all", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
-    index = (out / "index.html").read_text()
-    assert 'href="heads_specialise.html"' in index and "no report yet" not in index
+    index, sweeps = (out / "index.html").read_text(), (out / "sweeps.html").read_text()
+    assert 'href="heads_specialise.html"' in sweeps and "no report yet" not in index + sweeps
     # the table of every experiment is its own page, linked from the index, which holds no table of cells
     assert '<div id="cells">' not in index and 'href="cells.html"' in index and 'href="glossary.html"' in index
     page = (out / "cells.html").read_text()
@@ -397,7 +401,7 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
     index = (out / "index.html").read_text()
     views = (
-        "table3_a.html",
+        "sweeps.html",
         "explain.html",
         "lengths.html",
         "table3_a-budget.html",
@@ -411,15 +415,27 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
     # the markdown twins link back too, to the index's twin, so the links work on GitHub
     # and to the glossary beside the index (one source, docs/glossary.md), from their first line
     first = "[← all reports](index.md) · [glossary: the words these pages use](glossary.md)\n"
-    for view in ("table3_a.md", "explain.md", "lengths.md", "table3_a-budget.md", "cells.md", "compare.md"):
+    for view in (
+        "table3_a.md",
+        "explain.md",
+        "lengths.md",
+        "table3_a-budget.md",
+        "cells.md",
+        "compare.md",
+        "sweeps.md",
+    ):
         assert (out / view).read_text().startswith(first), view
     assert (out / "prune-x" / "prune.md").read_text().startswith(first.replace("(", "(../"))
     glossary = (out / "glossary.html").read_text()
     assert '<h2 id="stuck">stuck</h2>' in glossary and '<a href="index.html">' in glossary
     for view in views:  # every page links the glossary
         assert re.search(r'href="(\.\./)?glossary\.html"', (out / view).read_text()), view
-    index_md = (out / "index.md").read_text()
-    assert "](table3_a.md)" in index_md and "](prune-x/prune.md)" in index_md and ".html" not in index_md
+    # a sweep's page is reached through the page of every sweep, and links back to the index and the glossary
+    assert 'href="table3_a.html"' in (out / "sweeps.html").read_text()
+    assert re.search(r'href="index\.html".*href="glossary\.html"', (out / "table3_a.html").read_text(), re.S)
+    index_md, sweeps_md = (out / "index.md").read_text(), (out / "sweeps.md").read_text()
+    assert "](sweeps.md)" in index_md and "](prune-x/prune.md)" in index_md and ".html" not in index_md
+    assert "](table3_a.md" in sweeps_md and ".html" not in sweeps_md
     # the site check, from the files: every page reached from the index and linking back, no p of 0.000, and
     # every figure the report drew has its tick labels recorded, none repeated
     found, unrecorded = report_check.site_problems(out)
@@ -431,6 +447,7 @@ def test_every_view_links_back_to_the_index_and_the_index_links_every_view(tmp_p
         "index.html",
         "lengths.html",
         "prune-x/prune.html",
+        "sweeps.html",
         "table3_a-budget.html",
         "table3_a.html",
     ]

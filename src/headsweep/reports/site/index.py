@@ -1,9 +1,10 @@
-"""reports/index.html and its twin index.md: a link to every sweep's report, every view across sweeps
-(explain, lengths, budget, budgets) and every prune report (reports/prune-*/, rendered to prune.html beside its
-prune.md), each of which links back, and one table of every experiment (report_index: each run counted
-once), sortable and filterable in the page itself. Markdown links markdown (GitHub renders the twins);
-the pages link pages. Built from the reports' own <sweep>.json files (what `make report` last found in each
-sweep), so rebuilding one sweep's report does not recompute the others'."""
+"""reports/index.html and its twin index.md: the questions with their current answers, a page of every sweep's
+report by question (sweeps.html), every view across sweeps (explain, lengths, budget, budgets) and every prune
+report (reports/prune-*/, rendered to prune.html beside its prune.md), each of which links back, and one table
+of every experiment (report_index: each run counted once), sortable and filterable in the page itself. Markdown
+links markdown (GitHub renders the twins); the pages link pages. Built from the reports' own <sweep>.json files
+(what `make report` last found in each sweep), so rebuilding one sweep's report does not recompute the
+others'."""
 
 from __future__ import annotations
 
@@ -136,7 +137,13 @@ VIEWS = (
 def page_of_a_view(sweep: str) -> str | None:
     """The command whose page a sweep's page would overwrite (make lengths writes reports/lengths.md), else
     None: the site's own pages and every cross-sweep view."""
-    site = {"index.md": "make report", CELLS: "make report", "glossary.md": "make report", "compare.md": "make report"}
+    site = {
+        "index.md": "make report",
+        CELLS: "make report",
+        SWEEPS: "make report",
+        "glossary.md": "make report",
+        "compare.md": "make report",
+    }
     own = [(name, command) for name, command in site.items()] + [(pattern, command) for pattern, _, command in VIEWS]
     return next((command for pattern, command in own if fnmatch.fnmatchcase(f"{sweep}.md", pattern)), None)
 
@@ -180,8 +187,8 @@ def sweep_item(r: dict, asks: dict[str, str], late: dict[str, str], shared: dict
 
 
 def with_edges(records: list[dict], asks: dict[str, str], late: dict[str, str], shared: dict[str, int]) -> list[str]:
-    """A question's sweeps, one line each, a sweep's grid-edge runs (<sweep>_edge) on that sweep's line: the index stays
-    within three screens as edges are added."""
+    """A question's sweeps, one line each, a sweep's grid-edge runs (<sweep>_edge) on that sweep's line: the list
+    stays short as edges are added."""
     names = {r["sweep"] for r in records}
     edges = {r["sweep"].removesuffix("_edge"): r for r in records if r["sweep"].endswith("_edge")}
     items = []
@@ -205,42 +212,31 @@ def index_markdown(
     questions: list[dict] | None = None,
     early_r: tuple[float, int] | None = None,
 ) -> str:
-    """The index, three screens at most: the questions with their current answers first, then every sweep by
-    question (two columns), the views, the prune reports, and links to the table of every experiment
-    (cells.html) and the glossary."""
+    """The index, three screens at most: the questions with their current answers first, then the pages across
+    sweeps (every sweep by question, the table of every experiment, the views), the prune reports, and the
+    glossary."""
     questions = questions or []
-    asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
-    late = {Q.page_of(e): e["superseded_by"] for q in questions for e in q["evidence"] if e.get("superseded_by")}
-    old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
-    shared = report_index.shared_runs(records)
     lines = [
         "# headsweep reports",
         "",
         f"The words these pages use in their own sense (card, edge, stuck, start, ...): [the glossary]({GLOSSARY}). "
-        f"Every experiment in one table: [{CELLS_TITLE.lower()}]({CELLS}).",
+        f"Every experiment in one table: [{CELLS_TITLE.lower()}]({CELLS}). Every sweep by question: "
+        f"[{SWEEPS_TITLE.lower()}]({SWEEPS}).",
         "",
         *(Q.index_section(questions, out_dir) if questions else []),
     ]
-    lines += ["## Every sweep", "", "By question; hover a name for its page's title. `shared`: runs another sweep "
-              "holds too (counted once in the table of every experiment).", "", '<div id="sweeps">', ""]  # fmt: skip
-    by_question: dict[str, list[dict]] = {}
-    for r in sorted(records, key=lambda r: r["sweep"]):
-        by_question.setdefault(asks.get(r["sweep"], "no question declared"), []).append(r)
-    order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
-    for qid in order:
-        lines += [f"- **{qid}**", *("  " + item for item in with_edges(by_question[qid], asks, late, shared))]
-    # one line for them all: a rate grid's phase 1 has runs and no page for a while, and the index has 3 screens
-    lines += ["- Runs but no report yet (`make report SWEEP=<name>`): " + ", ".join(unreported)] * bool(unreported)
-    lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
-    lines += ["", "</div>", "", "## Across sweeps", ""]  # fmt: skip
+    lines += ["## Across sweeps", ""]
+    waiting = f"; {len(unreported)} with runs but no report yet" if unreported else ""
     lines += [
+        f"- [{SWEEPS_TITLE}]({SWEEPS}): {counted(len(records), 'sweep')} by the question each answers{waiting}",
         f"- [{CELLS_TITLE}]({CELLS}): {report_index.counts(records)[:-1]}; sortable and filterable",
         "- [Every experiment in parallel coordinates](compare.md): settings to BLEU and PPL, brushable",
     ]
     # here, not on each sweep's page: every `make report` rewrites the index, whichever sweep it builds
     if early_r is not None:
         lines.append(
-            f"- Early val loss against final test BLEU (Pearson) over the {early_r[1]} distinct runs of every sweep: "
+            f"- Early val loss against final test BLEU (Pearson) over the {early_r[1]} distinct runs in results/ "
+            "(every sweep's, with a page or not): "
             f"r = {early_r[0]:.2f} (below 0: a run that starts slowly ends lower; [stuck]({GLOSSARY}))"
         )
     lines += [f"- [{heading}]({md_link(p.name)}): {answers}" for p, heading, answers in views] or [
@@ -251,6 +247,35 @@ def index_markdown(
         f"- [{p.parent.name}]({md_link(p.relative_to(out_dir).as_posix())}): {heading}" for p, heading in prunes
     ] or ["- none yet: `make prune CKPT=<run dir>`"]
     return "\n".join([*lines, ""])
+
+
+SWEEPS, SWEEPS_TITLE = "sweeps.md", "Every sweep"
+
+
+def sweeps_markdown(records: list[dict], unreported: list[str], questions: list[dict] | None = None) -> str:
+    """sweeps.md: every sweep's page by the question it answers (two columns), a sweep's grid-edge runs on its
+    line, the earlier protocols' pages saying what replaced them, and the sweeps with runs but no page yet. Its
+    own page, not the index's: the list grows with every sweep, the index stays within three screens."""
+    questions = questions or []
+    asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
+    late = {Q.page_of(e): e["superseded_by"] for q in questions for e in q["evidence"] if e.get("superseded_by")}
+    old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
+    shared = report_index.shared_runs(records)
+    lines = [f"# {SWEEPS_TITLE}, by question", ""]
+    lines += ["By the question each answers ([the questions and their current answers](index.md#questions)); hover "
+              "a name for its page's title. `shared`: runs another sweep holds too (counted once in the table of "
+              f"[{CELLS_TITLE.lower()}]({CELLS})).", "", '<div id="sweeps">', ""]  # fmt: skip
+    by_question: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: r["sweep"]):
+        by_question.setdefault(asks.get(r["sweep"], "no question declared"), []).append(r)
+    order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
+    for qid in order:
+        lines += [f"- **{qid}**", *("  " + item for item in with_edges(by_question[qid], asks, late, shared))]
+    # a rate grid's phase 1 has runs and no page for a while
+    lines += ["- Runs but no report yet (`make report SWEEP=<name>`): " + ", ".join(unreported)] * bool(unreported)
+    lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
+    lines += ["", "</div>", ""]
+    return with_back_link("\n".join(lines))
 
 
 CELLS, CELLS_TITLE = "cells.md", "Every experiment"
@@ -322,6 +347,9 @@ def write_index(
     glossary = write_glossary(out_dir)
     # a budgets store's trunks and branches are read on the budgets page (a view below), not as a sweep page
     unreported = [n for n in unreported if not budget_store(root / n)]
+    sweeps = with_footer(sweeps_markdown(records, unreported, questions), __spec__.name)
+    atomic_write(out_dir / SWEEPS, sweeps)
+    atomic_write(out_dir / "sweeps.html", page(SWEEPS_TITLE.lower(), sweeps))
     pairs = (pool or {}).get("pairs") or []
     r = correlation(pairs)
     md = index_markdown(
@@ -334,6 +362,7 @@ def write_index(
         out_dir / "index.md",
         out_dir / "index.html",
         out_dir / "cells.html",
+        out_dir / "sweeps.html",
         glossary,
         compare,
         *(p for p, _ in prunes),
