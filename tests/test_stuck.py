@@ -381,3 +381,8 @@ def test_early_loss_against_bleu_pooled_over_every_sweep_is_on_the_index_and_eac
     index = (out / "index.md").read_text()
     assert f"over the {len(both)} {pooled_words} {pooled:.2f}" in index and pooled != own
     assert (out / "table3_a.md").read_text() == page
+    # make table3-report writes the index too: the same line, not an index without it
+    from headsweep.reports.pages import table3 as T
+
+    assert T.main(["--root", str(sweep_root), "--out", str(out)]) == 0
+    assert f"over the {len(both)} {pooled_words} {pooled:.2f}" in (out / "index.md").read_text()

@@ -21,7 +21,7 @@ from headsweep.reports.site.compare_page import compare_data, compare_page, run_
 from headsweep.reports.site.glossary import GLOSSARY, write_glossary
 from headsweep.reports.sweep.cells import Cell
 from headsweep.reports.sweep.stuck import correlation
-from headsweep.reports.sweep.summary import budget_store
+from headsweep.reports.sweep.summary import budget_store, early_pool
 from headsweep.reports.sweep.table import anchor
 from headsweep.store import RUNS  # results/runs/: the store, no sweep
 
@@ -319,7 +319,8 @@ def write_index(
 ) -> list[Path]:
     """index.md and index.html in out_dir, and the prune reports' pages; the sweeps of `root` without
     a report are named. questions: sweeps/_questions.yaml, loaded (read here when None). pool: summary.early_pool
-    of root, whose early loss against test BLEU over every sweep's runs the index states."""
+    of root (computed here when not passed), whose early loss against test BLEU over every sweep's runs the index
+    states."""
     questions = Q.load(root=root) if questions is None else questions
     records = []
     for path in sorted(out_dir.glob("*.json")):
@@ -350,6 +351,8 @@ def write_index(
     sweeps = with_footer(sweeps_markdown(records, unreported, questions), __spec__.name)
     atomic_write(out_dir / SWEEPS, sweeps)
     atomic_write(out_dir / "sweeps.html", page(SWEEPS_TITLE.lower(), sweeps))
+    if pool is None and root is not None and root.is_dir():
+        pool = early_pool(root)  # every builder that writes the index (make report, make table3-report) states it
     pairs = (pool or {}).get("pairs") or []
     r = correlation(pairs)
     md = index_markdown(
