@@ -600,3 +600,30 @@ def test_a_sweeps_edge_sits_on_its_line_and_an_edge_alone_keeps_its_own():
     assert len(both) == 2
     assert both[0].startswith("- [a](a.md") and both[0].endswith('; [edge](a_edge.md "a_edge: t"): 3 runs')
     assert both[1].startswith("- [b_edge](b_edge.md") and "; [edge]" not in both[1]
+
+
+def test_grid_only_sweeps_are_no_unreported_sweeps_and_an_edge_sits_on_its_sweeps_line(tmp_path):
+    """A sweep of learning-rate grid runs only gets no page (`make report` refuses it, PhaseOneOnly): the sweeps
+    page must not ask for one. An edge (<sweep>_edge) sits on its sweep's line, read on that page; another grid is
+    named with its runs; a sweep with cells and no page still waits for its report."""
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    table3_a(root, data)
+    heads_specialise(root, data)
+    grid = {"phase": "grid", "grid": [0.001, 0.002, 0.004], "select_on": "val/loss"}
+    for name, runs in (("table3_a_edge", 1), ("rates", 2)):
+        for seed in range(1, runs + 1):
+            run = make_run(root / name, data, 8, seed, 30.0, CELLS[8]["hyps"])
+            edit_results(run, lambda r, name=name: r["config"].update(sweep=name, lr_select=grid))
+    with pytest.raises(R.PhaseOneOnly):
+        R.write_report("rates", root, tmp_path / "x", n_samples=20)
+    out = tmp_path / "reports"
+    assert B.main(["--sweep", "table3_a", "--root", str(root), "--out", str(out), "--samples", "50"]) == 0
+    sweeps = (out / "sweeps.md").read_text()
+    line = next(line for line in sweeps.splitlines() if line.lstrip().startswith("- [table3_a]"))
+    assert line.endswith("; edge: 1 grid run past its grid (read on this page; `table3_a_edge`)")
+    waiting = next(line for line in sweeps.splitlines() if "Runs but no report yet" in line)
+    assert waiting.endswith(": heads_specialise")  # cells, no page: it waits; the grids do not
+    grids = next(line for line in sweeps.splitlines() if "grid runs only" in line)
+    assert grids.endswith(": rates (2 runs)")
+    assert "1 with runs but no report yet" in (out / "index.md").read_text()

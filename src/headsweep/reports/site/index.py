@@ -20,6 +20,7 @@ from headsweep.reports.site import questions as Q
 from headsweep.reports.site.compare_page import compare_data, compare_page, run_curve  # noqa: F401 (the site's API)
 from headsweep.reports.site.glossary import GLOSSARY, write_glossary
 from headsweep.reports.sweep.cells import Cell
+from headsweep.reports.sweep.lr import phase_one_only
 from headsweep.reports.sweep.stuck import correlation
 from headsweep.reports.sweep.summary import budget_store, early_pool
 from headsweep.reports.sweep.table import anchor
@@ -186,9 +187,16 @@ def sweep_item(r: dict, asks: dict[str, str], late: dict[str, str], shared: dict
     )
 
 
-def with_edges(records: list[dict], asks: dict[str, str], late: dict[str, str], shared: dict[str, int]) -> list[str]:
+def with_edges(
+    records: list[dict],
+    asks: dict[str, str],
+    late: dict[str, str],
+    shared: dict[str, int],
+    rate_checks: dict[str, int] | None = None,
+) -> list[str]:
     """A question's sweeps, one line each, a sweep's grid-edge runs (<sweep>_edge) on that sweep's line: the list
-    stays short as edges are added."""
+    stays short as edges are added. rate_checks: {sweep: runs} of the edges that hold grid runs only (no page of
+    their own: their sweep's page reads them)."""
     names = {r["sweep"] for r in records}
     edges = {r["sweep"].removesuffix("_edge"): r for r in records if r["sweep"].endswith("_edge")}
     items = []
@@ -199,6 +207,8 @@ def with_edges(records: list[dict], asks: dict[str, str], late: dict[str, str], 
         if (e := edges.get(r["sweep"])) is not None:
             title = e["title"].replace('"', "'")
             item += f'; [edge]({md_link(e["page"])} "{title}"): {counted(e["runs"], "run")}'
+        elif (n := (rate_checks or {}).get(f"{r['sweep']}_edge")) is not None:
+            item += f"; edge: {counted(n, 'grid run')} past its grid (read on this page; `{r['sweep']}_edge`)"
         items.append(item)
     return items
 
@@ -252,11 +262,18 @@ def index_markdown(
 SWEEPS, SWEEPS_TITLE = "sweeps.md", "Every sweep"
 
 
-def sweeps_markdown(records: list[dict], unreported: list[str], questions: list[dict] | None = None) -> str:
+def sweeps_markdown(
+    records: list[dict],
+    unreported: list[str],
+    questions: list[dict] | None = None,
+    rate_checks: dict[str, int] | None = None,
+) -> str:
     """sweeps.md: every sweep's page by the question it answers (two columns), a sweep's grid-edge runs on its
     line, the earlier protocols' pages saying what replaced them, and the sweeps with runs but no page yet. Its
-    own page, not the index's: the list grows with every sweep, the index stays within three screens."""
-    questions = questions or []
+    own page, not the index's: the list grows with every sweep, the index stays within three screens.
+    rate_checks: {sweep: runs} of the sweeps in results/ holding learning-rate grid runs only, which get no page
+    (`make report` refuses them) and are read on the pages of the sweeps whose rates they check."""
+    questions, rate_checks = questions or [], rate_checks or {}
     asks = {Q.page_of(e): q["id"] for q in questions for e in q["evidence"]}
     late = {Q.page_of(e): e["superseded_by"] for q in questions for e in q["evidence"] if e.get("superseded_by")}
     old = [r["sweep"] for r in records if any("runs" not in c for c in r["cells"])]
@@ -270,9 +287,16 @@ def sweeps_markdown(records: list[dict], unreported: list[str], questions: list[
         by_question.setdefault(asks.get(r["sweep"], "no question declared"), []).append(r)
     order = [q["id"] for q in questions if q["id"] in by_question] + sorted(set(by_question) - set(asks.values()))
     for qid in order:
-        lines += [f"- **{qid}**", *("  " + item for item in with_edges(by_question[qid], asks, late, shared))]
-    # a rate grid's phase 1 has runs and no page for a while
+        items = with_edges(by_question[qid], asks, late, shared, rate_checks)
+        lines += [f"- **{qid}**", *("  " + item for item in items)]
     lines += ["- Runs but no report yet (`make report SWEEP=<name>`): " + ", ".join(unreported)] * bool(unreported)
+    if alone := sorted(n for n in rate_checks if n.removesuffix("_edge") not in {r["sweep"] for r in records}):
+        # a rate grid's phase 1 while it runs, or rates tried for another sweep's cells: no cells of their own
+        lines += [
+            "- Learning-rate grid runs only, no page of their own (the pages of the sweeps they check read them "
+            "from results/; a grid whose phase 2 is to come resumes with its `make sweep ... LR_GRID=`): "
+            + ", ".join(f"{n} ({counted(rate_checks[n], 'run')})" for n in alone)
+        ]
     lines += [f"- {name}: report older than the table of every experiment: `make report SWEEP={name}`" for name in old]
     lines += ["", "</div>", ""]
     return with_back_link("\n".join(lines))
@@ -348,7 +372,9 @@ def write_index(
     glossary = write_glossary(out_dir)
     # a budgets store's trunks and branches are read on the budgets page (a view below), not as a sweep page
     unreported = [n for n in unreported if not budget_store(root / n)]
-    sweeps = with_footer(sweeps_markdown(records, unreported, questions), __spec__.name)
+    rate_checks = {n: k for n in unreported if (k := phase_one_only(root / n))}
+    unreported = [n for n in unreported if n not in rate_checks]
+    sweeps = with_footer(sweeps_markdown(records, unreported, questions, rate_checks), __spec__.name)
     atomic_write(out_dir / SWEEPS, sweeps)
     atomic_write(out_dir / "sweeps.html", page(SWEEPS_TITLE.lower(), sweeps))
     if pool is None and root is not None and root.is_dir():

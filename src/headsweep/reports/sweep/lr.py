@@ -12,7 +12,7 @@ from pathlib import Path
 from headsweep import store
 from headsweep.reporting.markdown import table as markdown_table
 from headsweep.reporting.plots import pyplot, save_figure
-from headsweep.reports.sweep.cells import Cell, Run, learning_curve
+from headsweep.reports.sweep.cells import Cell, Run, learning_curve, load_runs
 from headsweep.reports.sweep.table import display
 from headsweep.sweeps.lr_select import GRID_PHASE, LR_KEY, SELECT_ON, SELECT_WHAT, TIE, choose, lr_text
 from headsweep.sweeps.reuse import finished_runs
@@ -26,6 +26,14 @@ def split_grid_runs(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     """(the cells' runs, the grid runs of phase 1)."""
     grid = [r for r in runs if (lr_record(r) or {}).get("phase") == GRID_PHASE]
     return [r for r in runs if r not in grid], grid
+
+
+def phase_one_only(sweep_dir: Path) -> int:
+    """How many runs a sweep holds when every one is a learning-rate grid run (phase 1, or a rate check past a
+    grid's edge): `make report` has no cells to show for it, and the page of the sweep it checks reads them from
+    results/. 0 where it holds a run of phase 2, or none."""
+    runs, grid = split_grid_runs(load_runs(sweep_dir, sweep_dir.name)[0])  # as the report reads them
+    return 0 if runs else len(grid)
 
 
 def grid_cell(run: Run) -> str:
