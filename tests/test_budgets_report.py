@@ -201,7 +201,15 @@ def test_the_base_s_1x_branch_against_its_linear_run(tmp_path):
     got = cmp["test/bleu"]
     assert (got["diff"], got["lo"], got["hi"]) == pytest.approx(welch(linear, CELLS[BASE][1][1]))
     md = page.markdown(data, s, [])
-    assert "agree within their intervals" in md
+    assert "agree within their intervals on val loss and test BLEU" in md
+    # a val loss off 0 makes the branch no 1x run even where BLEU's interval holds 0 (the shipped base: -0.066)
+    cmp["val/loss"].update(diff=-0.066, lo=-0.073, hi=-0.058)
+    assert page.linear_verdict(cmp) == (
+        "The 1x branch is not today's 1x run: its val loss is 0.066 lower than the linear-decay run's (test BLEU "
+        "within its interval). Compare branches only with branches: every gap above is branch against branch."
+    )
+    cmp["test/bleu"]["lo"] = None
+    assert page.linear_verdict(cmp).startswith("Too few seeds")
 
 
 def test_until_branches_land_the_page_is_partial_and_lists_what_is_missing(tmp_path):
