@@ -244,3 +244,15 @@ def test_bad_input_is_one_line(tmp_path, capsys, argv, message):
     assert page.main(["--root", str(tmp_path / "results"), "--out", str(tmp_path / "reports"), *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and not (tmp_path / "reports").exists()
+
+
+def test_make_budgets_report_writes_the_page_as_make_report_does(tmp_path):
+    """make budgets-report alone once wrote budgets.md without the about block (its question, its contents) that
+    the index adds to every view, and left the index as it was: two builders, two pages. Now it rewrites the
+    index too, so the page has its block whichever command wrote it last."""
+    root, out = tmp_path / "results", tmp_path / "reports"
+    fabricate(root)
+    assert page.main(["--root", str(root), "--out", str(out)]) == 0
+    md = (out / "budgets.md").read_text()
+    assert "<!-- about:begin -->" in md and "(index.md#q-budgets)" in md
+    assert "[Budgets: the base at 1x, 2x, 4x" in (out / "index.md").read_text()

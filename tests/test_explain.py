@@ -157,7 +157,7 @@ def test_by_default_every_sweep_at_the_ablation_budget_is_compared_and_the_other
     assert explain.main(["--root", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
     assert "left out, not at the ablation budget's 1150 steps: long (2300 steps)" in capsys.readouterr().out
     text = (tmp_path / "out" / "explain.md").read_text()
-    assert "# Heads or head width? Every cell at 1150 steps\n\nSweeps read (1): a." in text
+    assert "# Heads or head width? Every cell at 1150 steps\n" in text and "\n\nSweeps read (1): a." in text
     assert sorted(reads) == ["a", "long"]  # each sweep's results read once (results/ holds hundreds of runs)
 
 

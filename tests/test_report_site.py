@@ -627,3 +627,15 @@ def test_grid_only_sweeps_are_no_unreported_sweeps_and_an_edge_sits_on_its_sweep
     grids = next(line for line in sweeps.splitlines() if "grid runs only" in line)
     assert grids.endswith(": rates (2 runs)")
     assert "1 with runs but no report yet" in (out / "index.md").read_text()
+
+
+def test_a_views_about_block_is_the_same_on_a_fresh_page_and_on_one_rendered_before():
+    """A view builder writes its page fresh, the index adds the block after; the next index replaces it. Both
+    must give the same page (once: a blank line more on the fresh one), and no block leaves the heading whole."""
+    from headsweep.reports.site.index import with_about
+
+    fresh = "[← all reports](index.md)\n\n# A view\n\nFirst paragraph.\n\n## Part\n\ntext\n"
+    once = with_about(fresh, ["- **Question:** q"])
+    assert once == with_about(once, ["- **Question:** q"])
+    assert "# A view\n\n<!-- about:begin -->\n\n- **Question:** q\n\n<!-- about:end -->\n\nFirst paragraph." in once
+    assert with_about(once, []) == fresh

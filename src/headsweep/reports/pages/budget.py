@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
             else every_other_sweep(args.root, args.sweep)
         )
         paths = write(args.root, args.sweep, against, args.out)
+        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
+
+        paths += write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

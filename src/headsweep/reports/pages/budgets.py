@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweeps = [s for s in args.sweeps.split(",") if s] if args.sweeps else None
         paths = write(args.root, sweeps, args.out)
+        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
+
+        paths += write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -183,10 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         for line in said:
             print(line)
         path = write(args.root, list(loaded), args.out, loaded, args.init)
+        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
+
+        index = write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    print("wrote " + ", ".join(map(str, [path, *index])))
     return 0
 
 

@@ -292,10 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = write(args.root, [s for s in args.sweeps.split(",") if s], args.out, args.samples)
+        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
+
+        index = write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {path}")
+    print("wrote " + ", ".join(map(str, [path, *index])))
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
@@ -85,16 +86,11 @@ def with_about(md: str, lines: list[str]) -> str:
     heading, between markers, so rendering it again replaces the block rather than adding another."""
     if ABOUT_BEGIN in md and ABOUT_END in md:
         head, rest = md.split(ABOUT_BEGIN, 1)
-        md = head.rstrip("\n") + "\n" + rest.split(ABOUT_END, 1)[1].lstrip("\n")
+        md = head.rstrip("\n") + "\n\n" + rest.split(ABOUT_END, 1)[1].lstrip("\n")
     if not lines:
         return md
-    out, placed = [], False
-    for line in md.split("\n"):
-        out.append(line)
-        if not placed and line.startswith("# "):
-            out += ["", ABOUT_BEGIN, "", *lines, "", ABOUT_END, ""]
-            placed = True
-    return "\n".join(out)
+    block = "\n".join([ABOUT_BEGIN, "", *lines, "", ABOUT_END])  # one blank line after it, fresh page or not
+    return re.sub(r"^(# [^\n]*)\n*", lambda m: f"{m.group(1)}\n\n{block}\n\n", md, count=1, flags=re.M)
 
 
 def about(questions: list[dict] | None, page_name: str, out_dir: Path, md: str) -> list[str]:
@@ -378,7 +374,7 @@ def write_index(
     atomic_write(out_dir / SWEEPS, sweeps)
     atomic_write(out_dir / "sweeps.html", page(SWEEPS_TITLE.lower(), sweeps))
     if pool is None and root is not None and root.is_dir():
-        pool = early_pool(root)  # every builder that writes the index (make report, make table3-report) states it
+        pool = early_pool(root)  # every builder that writes the index (report, table3-report, the views) states it
     pairs = (pool or {}).get("pairs") or []
     r = correlation(pairs)
     md = index_markdown(
