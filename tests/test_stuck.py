@@ -386,3 +386,24 @@ def test_early_loss_against_bleu_pooled_over_every_sweep_is_on_the_index_and_eac
 
     assert T.main(["--root", str(sweep_root), "--out", str(out)]) == 0
     assert f"over the {len(both)} {pooled_words} {pooled:.2f}" in (out / "index.md").read_text()
+
+
+def test_a_size_cell_read_against_its_own_seeds_says_what_that_can_and_cannot_catch():
+    """Row C's N 4 has no base of its size: its reference is itself, so its excess is scatter around its own
+    median. The words must not read like a check against the base (a whole cell on a plateau would pass), and one
+    seed against itself is no check at all."""
+    from types import SimpleNamespace
+
+    def cell(label, losses, base=False):
+        early = [
+            (s, S.Early(460, x, label, statistics.median(losses), x - statistics.median(losses)), None)
+            for s, x in enumerate(losses, 1)
+        ]
+        return SimpleNamespace(label=label, base=base, row={"early": early})
+
+    three = S.early_words(cell("N4", [2.80, 2.79, 3.30]), 0.364)
+    assert "against its own seeds' median 2.800 (it is its size's reference" in three and "+0.500) STUCK" in three
+    one = S.early_words(cell("N4", [2.797]), 0.364)
+    assert "against itself (its size's reference, one seed: not checked)" in one
+    base = S.early_words(cell("base", [2.74, 2.73], base=True), 0.364)
+    assert "against base's median 2.735" in base  # the base against its own seeds is the rule itself

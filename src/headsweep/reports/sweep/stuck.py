@@ -242,6 +242,14 @@ def early_words(c: Cell, threshold: float) -> str:
         else:
             mark = " STUCK" if e.excess > threshold else ""
             parts.append(f"seed {seed} {e.loss:.3f} at step {e.step} ({e.excess:+.3f}){mark}")
-    ref = next((e for _, e, _ in c.row["early"] if e is not None), None)
+    checked = [e for _, e, _ in c.row["early"] if e is not None]
+    ref = checked[0] if checked else None
     against = f" against {ref.reference}'s median {ref.reference_median:.3f}" if ref else ""
+    if ref and ref.reference == c.label and not c.base:  # the reference of its own size (row C's N 4)
+        against = (
+            f" against its own seeds' median {ref.reference_median:.3f} (it is its size's reference: a seed stuck "
+            "among them shows, the cell stuck whole does not)"
+            if len(checked) > 1
+            else " against itself (its size's reference, one seed: not checked)"
+        )
     return f"early val loss{against} (stuck above +{threshold:.3f}): " + "; ".join(parts)
