@@ -23,6 +23,7 @@ from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link, with_footer
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import holm, mean_sd, ols
+from headsweep.reports.site.index import write_index  # the view's question block, as make report
 from headsweep.reports.sweep.cells import Cell, ReportError, group_cells, load_runs
 from headsweep.reports.sweep.plots import cell_curve
 from headsweep.reports.sweep.table import display, fmt
@@ -324,8 +325,6 @@ def main(argv: list[str] | None = None) -> int:
             else every_other_sweep(args.root, args.sweep)
         )
         paths = write(args.root, args.sweep, against, args.out)
-        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
-
         paths += write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

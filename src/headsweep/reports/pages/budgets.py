@@ -29,6 +29,7 @@ from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link, w
 from headsweep.reporting.plots import pyplot, save_figure
 from headsweep.reporting.stats import mean_sd
 from headsweep.reports.pages import budgets_runs as R
+from headsweep.reports.site.index import write_index  # the view's question block, as make report
 from headsweep.reports.sweep.cells import Cell as RunCell
 from headsweep.reports.sweep.cells import ReportError
 from headsweep.reports.sweep.plots import cell_curve
@@ -345,8 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweeps = [s for s in args.sweeps.split(",") if s] if args.sweeps else None
         paths = write(args.root, sweeps, args.out)
-        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
-
         paths += write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -44,6 +44,7 @@ from headsweep.reports.pages.explain_fit import (
     fit_without_each_cell,
     influence_lines,
 )
+from headsweep.reports.site.index import write_index  # the view's question block, as make report
 from headsweep.reports.sweep.cells import ReportError
 from headsweep.store import RUNS
 
@@ -183,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in said:
             print(line)
         path = write(args.root, list(loaded), args.out, loaded, args.init)
-        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
-
         index = write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

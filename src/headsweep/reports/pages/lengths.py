@@ -33,6 +33,7 @@ from headsweep.data import DataError, TranslationDataModule
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import first_heading, with_back_link, with_footer
+from headsweep.reports.site.index import write_index  # the view's question block, as make report
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, group_cells, hypotheses_path, load_runs
 from headsweep.reports.sweep.significance import read_text_lines, references, run_data_dir
 from headsweep.reports.sweep.table import fmt_p
@@ -292,8 +293,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         path = write(args.root, [s for s in args.sweeps.split(",") if s], args.out, args.samples)
-        from headsweep.reports.site.index import write_index  # its about block, the index: as make report
-
         index = write_index(args.out, args.root)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

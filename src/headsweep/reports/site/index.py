@@ -286,7 +286,8 @@ def sweeps_markdown(
         items = with_edges(by_question[qid], asks, late, shared, rate_checks)
         lines += [f"- **{qid}**", *("  " + item for item in items)]
     lines += ["- Runs but no report yet (`make report SWEEP=<name>`): " + ", ".join(unreported)] * bool(unreported)
-    if alone := sorted(n for n in rate_checks if n.removesuffix("_edge") not in {r["sweep"] for r in records}):
+    names = {r["sweep"] for r in records}
+    if alone := sorted(n for n in rate_checks if n.removesuffix("_edge") not in names):
         # a rate grid's phase 1 while it runs, or rates tried for another sweep's cells: no cells of their own
         lines += [
             "- Learning-rate grid runs only, no page of their own (the pages of the sweeps they check read them "
