@@ -3,6 +3,7 @@ early plateau is flagged and kept, each cell shown with and without its stuck ru
 named, the threshold rule on known numbers and on the shipped runs, a bad --stuck-threshold refused in one
 line before anything is written, and the last third's share of the val-loss drop by hand."""
 
+import gzip
 import os
 import statistics
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from headsweep.reports import build as B
 from headsweep.reports.sweep import page as R
 from headsweep.reports.sweep import stuck as S
+from headsweep.reports.sweep import stuck_words as W
 from headsweep.reports.sweep import summary as N
 from headsweep.reports.sweep.convergence import last_third_share
 from test_report import CELLS, REFS, make_run, write_curve
@@ -403,7 +405,43 @@ def test_a_size_cell_read_against_its_own_seeds_says_what_that_can_and_cannot_ca
 
     three = S.early_words(cell("N4", [2.80, 2.79, 3.30]), 0.364)
     assert "against its own seeds' median 2.800 (it is its size's reference" in three and "+0.500) STUCK" in three
+    assert "no base to check it against net of its final gap, so a cell stuck whole does not show" in three
     one = S.early_words(cell("N4", [2.797]), 0.364)
-    assert "against itself (its size's reference, one seed: not checked)" in one
+    assert "against itself (its size's reference, one seed)" in one
     base = S.early_words(cell("base", [2.74, 2.73], base=True), 0.364)
     assert "against base's median 2.735" in base  # the base against its own seeds is the rule itself
+
+
+def test_a_size_cell_stuck_whole_shows_against_the_base_net_of_its_final_gap(tmp_path):
+    """Row C's sizes have no base of their size, so against their own median a cell whose every seed sat on a
+    plateau passes. Against the base net of the final gap it shows: N 4 starts 0.6 above the base at step 460 and
+    ends 0.1 above it (net +0.5, stuck, every seed); N 1 is 0.4 above throughout (a smaller model, net 0)."""
+    from test_table3 import REFS as T3_REFS
+    from test_table3 import fake_run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    with gzip.open(data / "test.en.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in T3_REFS))
+    root = tmp_path / "results"
+    sweep = "table3_c_start"
+    for seed in (1, 2, 3):
+        fake_run(root, data, sweep, "h8-N3", [], seed, 30.0 + seed / 10, base=True, early=3.0 + seed / 100)
+        fake_run(root, data, sweep, "h8-N4", ["model.n_layers=4"], seed, 28.0, early=3.6 + seed / 100, drop=1.2)
+        fake_run(root, data, sweep, "h8-N1", ["model.n_layers=1"], seed, 27.0, early=3.4 + seed / 100)
+    runs, _ = R.load_runs(root / sweep, sweep)
+    cells = R.group_cells(runs)
+    by = {c.label: c for c in cells}
+    info = R.stuck_runs(cells, root, 0.364, None)
+    n4 = [info["early"][r.dir] for r in by["h8-N4"].runs]
+    assert all(e.reference == "h8-N4" and abs(e.excess) < 0.02 for e in n4)  # against itself: nothing to see
+    assert [round(e.net, 3) for e in n4] == [0.5, 0.5, 0.5] and all(e.net_reference == "h8-N3" for e in n4)
+    assert by["h8-N4"].row["stuck_seeds"] == [1, 2, 3]
+    assert by["h8-N1"].row["stuck_seeds"] == [] and by["h8-N3"].row["stuck_seeds"] == []
+    assert [round(info["early"][r.dir].net, 3) for r in by["h8-N1"].runs] == [0.0, 0.0, 0.0]
+    assert info["early"][by["h8-N3"].runs[0].dir].net is None  # the base is the rule itself
+    words = by["h8-N4"].row["early_words"]
+    assert "and against h8-N3 net of the gap at the end" in words and "(+0.000; net +0.500) STUCK" in words
+    section = "\n".join(W.section(cells, info["early"], info["threshold"]))
+    assert "also read against the base at its rate (h8-N3), net of the gap at the end" in section
+    assert "against h8-N3 net of the end gap +0.500" in section

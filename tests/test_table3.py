@@ -176,7 +176,7 @@ START = [f"model.init_wo_gain={R.START_GAIN!r}", f"model.init_ff2_gain={R.START_
 def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str], seed: int, bleu: float, **kw) -> Path:
     """A finished run of `sweep` in the store (results/runs/<key>) and its view results/<sweep>/<job>: config at
     the earlier protocol unless `protocol` overrides say otherwise, test BLEU `bleu`, hypotheses that differ by
-    cell and seed, a val-loss curve at `early` (step 460, 40% of 1,150) that falls by 0.7 to the end."""
+    cell and seed, a val-loss curve at `early` (step 460, 40% of 1,150) that falls by `drop` (0.7) to the end."""
     phase = kw.get("phase", "chosen")
     lr = kw.get("lr", 0.002)
     name = f"{cell}-lr{lr:g}-s{seed}" if phase == "grid" else f"{cell}-s{seed}"
@@ -213,8 +213,10 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
     (run / "hypotheses").mkdir(parents=True)
     hyps = [r if (i + seed + len(cell)) % 3 else r.replace("a ", "the ", 1) for i, r in enumerate(REFS)]
     (run / "hypotheses" / "test.beam.en").write_text("".join(h + "\n" for h in hyps))
-    early = kw.get("early", 3.0)
+    early, drop = kw.get("early", 3.0), kw.get("drop")  # drop: from step 460 to the end (0.7 when not given)
     curve = {230: early + 0.8, 460: early, 690: early - 0.4, 920: early - 0.6, 1150: early - 0.7}
+    if drop is not None:
+        curve.update({690: early - drop * 4 / 7, 920: early - drop * 6 / 7, 1150: early - drop})
     lines = ["epoch,step,train/loss,val/bleu,val/loss", *(f"0,{s - 1},,{bleu - 1},{v}" for s, v in curve.items())]
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
     write_results(
@@ -405,7 +407,8 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     b = T.build(root, paper)["rows"]["B"][R.EARLIER]
     assert b["sweeps"] == ["table3_b_fan_in"] and b["state"] == "partial (phase 1 only)"
     assert (
-        "Also running on another machine class, shown here once complete: table3_b_fan_in_fp32 (32-true cpu): "
+        "Also running on another machine class, shown here once complete: "
+        "[table3_b_fan_in_fp32](table3_b_fan_in_fp32.md) (32-true cpu): "
         "0 of 3 cells at 3 seeds, 1 learning-rate grid run." in " ".join(b["notes"])
     )
     for dk, bleu in ((32, 30.0), (16, 30.3)):
@@ -690,6 +693,12 @@ def test_a_run_two_pages_show_is_flagged_stuck_alike_on_both(tmp_path, data):
     for sweep in ("heads_home", "table3_b_fan_in"):
         md = (tmp_path / "reports" / f"{sweep}.md").read_text()
         assert "- No run is stuck: every checked run's excess is at most 0.364" in md, sweep
+    # d_k 16's reference is heads_home's base: the page of table3_b_fan_in, whose own base is another cell of the
+    # same label, names the sweep it was read in; heads_home's page, where it was read, does not
+    fan_in = (tmp_path / "reports" / "table3_b_fan_in.md").read_text()
+    home = (tmp_path / "reports" / "heads_home.md").read_text()
+    assert "against heads_home/h8-dk32-dv32's median 3.450" in fan_in
+    assert "heads_home/" not in home and "against h8-dk32-dv32's median 3.450" in home
 
 
 def test_the_scatter_names_each_point_draws_y_equals_x_and_keeps_its_legend_off_the_data(fake_root, tmp_path):

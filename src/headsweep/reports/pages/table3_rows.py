@@ -126,7 +126,7 @@ def row_info(root: Path, row: str, sweeps: list[str], protocol: str, pool: dict)
         return info
     for c in cells:
         c.row.update(cell_numbers(c))
-    info["stuck"] = stuck_runs(cells, root, None, pool, got["grid"])
+    info["stuck"] = stuck_runs(cells, root, None, pool, got["grid"], here=tuple(sweeps))
     info["convergence"] = report_convergence.convergence(cells)
     info["cells"] = cells
     info["base"] = next((c for c in cells if c.base), None)
@@ -209,12 +209,13 @@ def planned_cells(info: dict, root: Path) -> int | None:
 
 
 def elsewhere(info: dict, root: Path) -> str:
-    """'table3_c_start_fp32 (32-true cpu): 2 of 8 cells at 3 seeds, 9 learning-rate grid runs': a row's
-    other-class sweeps while unfinished."""
+    """'[table3_c_start_fp32](table3_c_start_fp32.md) (32-true cpu): 2 of 8 cells at 3 seeds, 9 learning-rate grid
+    runs': a row's other-class sweeps while unfinished, linked to their pages (a sweep with seeds has one)."""
     n = len(info["grid"])
-    name, grid = ", ".join(info["sweeps"]), f"{n} learning-rate grid run{'s' if n != 1 else ''}"
+    grid = f"{n} learning-rate grid run{'s' if n != 1 else ''}"
     if not info["cells"]:
-        return f"{name} (phase 1 only): {grid}"
+        return f"{', '.join(info['sweeps'])} (phase 1 only): {grid}"
+    name = ", ".join(f"[{s}]({s}.md)" for s in info["sweeps"])
     done = sum(c.row["n"] >= SEEDS for c in info["cells"])
     of = max(planned_cells(info, root) or 0, len(info["cells"]))
     return f"{name} ({', '.join(info['devices'])}): {done} of {of} cells at {SEEDS} seeds, {grid}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
@@ -242,12 +243,18 @@ def log_to_wandb(sweep: str, project: str, columns: list[str], body: list[list[s
 
 
 def stuck_runs(
-    cells: list[Cell], root: Path, threshold: float | None, pool: dict | None, grid_runs: list[Run] = ()
+    cells: list[Cell],
+    root: Path,
+    threshold: float | None,
+    pool: dict | None,
+    grid_runs: list[Run] = (),
+    here: tuple[str, ...] = (),
 ) -> dict:
     """Flag the stuck runs (report_stuck) in each cell's row: the threshold given, else chosen from the runs
     under root (`pool`: early_pool(root), computed here when not passed; pooled_threshold). Each run by the pool's
     one Early of it where the pool has it (the same flag on every page), else against its reference here at its
-    own rate where the reference has runs there (`grid_runs`: the sweep's LR grid)."""
+    own rate where the reference has runs there (`grid_runs`: the sweep's LR grid). here: the sweeps this page
+    reads; a reference read in another sweep is named <that sweep>/<its cell> (the label is that sweep's)."""
     # the pool also when the threshold is given: it holds each run's one Early, the reference every page uses
     pool = pool if pool is not None else early_pool(root)
     if threshold is not None:
@@ -255,13 +262,14 @@ def stuck_runs(
     else:
         chosen = pooled_threshold(pool)
     refs = report_stuck.same_rate_references(cells, early_references(cells), list(grid_runs))
-    early = report_stuck.early_losses(cells, refs)
+    early = report_stuck.early_losses(cells, refs, report_stuck.size_bases(cells, list(grid_runs)))
     # the one rule: a run the pool has read is flagged by its one Early (early_pool), whichever page this is
-    canonical = pool.get("early") or {}
+    canonical, read_in = pool.get("early") or {}, pool.get("early_sweep") or {}
     for c in cells:
         for r in c.runs:
-            if (e := canonical.get(run_identity(r))) is not None:
-                early[r.dir] = e
+            if (e := canonical.get(identity := run_identity(r))) is not None:
+                elsewhere = here and read_in.get(identity) not in (None, *here)
+                early[r.dir] = replace(e, reference=f"{read_in[identity]}/{e.reference}") if elsewhere else e
     report_stuck.flag(cells, early, chosen.value)
     return {"early": early, "threshold": chosen}
 
@@ -325,7 +333,7 @@ def write_report(
     keys = varied_keys(cells) if len(cells) > 1 else ["model.heads"]
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
-    info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool, grid_runs)
+    info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool, grid_runs, here=(sweep,))
     info["convergence"] = report_convergence.convergence(cells)
     speed = decode_speed_columns(sweep_dir)
     for c in cells:

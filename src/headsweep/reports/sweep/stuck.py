@@ -34,7 +34,7 @@ its runs.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scipy.stats import pearsonr
@@ -75,12 +75,24 @@ class Early:
     # the same difference at the run's last validation: a run that sat on a plateau keeps its gap, a run that
     # only learns slower (a higher dropout) narrows it; None where the reference has no val loss at the end
     end_excess: float | None = None
+    # a cell that is its own size's reference (row C's N 4: no base of its size) against the sweep's base at its
+    # rate, net of the final gap: (early - base's early median) - (end - base's end median). A model of another
+    # size sits above or below the base by about its final gap throughout; a cell stuck whole on a plateau that it
+    # left later sits further above it early. None for every other cell
+    net: float | None = None
+    net_reference: str | None = None
+
+
+def is_stuck(e: Early, threshold: float) -> bool:
+    """Above the threshold over its reference early, or (a size's own reference) net of its final gap."""
+    return e.excess > threshold or (e.net is not None and e.net > threshold)
 
 
 def gap_words(e: Early, step: bool = True) -> str:
     """'+0.383 at step 459, +0.240 at the end': the gap to the reference early and at the end."""
     end = "" if e.end_excess is None else f", {e.end_excess:+.3f} at the end"
-    return f"{e.excess:+.3f}{f' at step {e.step}' if step else ''}{end}"
+    net = "" if e.net is None else f"; against {e.net_reference} net of the end gap {e.net:+.3f}"
+    return f"{e.excess:+.3f}{f' at step {e.step}' if step else ''}{end}{net}"
 
 
 @dataclass(frozen=True)
@@ -158,15 +170,26 @@ def same_rate_references(cells: list[Cell], references: dict[str, Cell], grid_ru
     return out
 
 
-def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, Early]:
+def size_bases(cells: list[Cell], grid_runs: list[Run]) -> dict[str, Cell]:
+    """Each cell's base at the cell's own rate (same_rate_references): what early_losses reads a size's own
+    reference against, net of its final gap; {} without a cell tagged base."""
+    base = next((c for c in cells if c.base), None)
+    return {} if base is None else same_rate_references(cells, {c.label: base for c in cells}, grid_runs)
+
+
+def early_losses(
+    cells: list[Cell], references: dict[str, Cell], bases: dict[str, Cell] | None = None
+) -> dict[Path, Early]:
     """Each run's Early, by run directory; a run without a validation, or whose reference cell has none,
     is absent (said in the report as not checked). A reference may hold runs of no cell (a learning-rate grid's:
-    same_rate_references)."""
-    every = [r for c in [*cells, *references.values()] for r in c.runs]
+    same_rate_references). bases: each cell's base at its rate (same_rate_references of the base); a cell that is
+    its own reference but no base gets its `net` against it."""
+    bases = bases or {}
+    every = [r for c in [*cells, *references.values(), *bases.values()] for r in c.runs]
     points = {r.dir: early_point(r) for r in every}
     ends = {r.dir: end_point(r) for r in every}
     medians, end_medians = {}, {}
-    for ref in {id(v): v for v in references.values()}.values():
+    for ref in {id(v): v for v in [*references.values(), *bases.values()]}.values():
         losses = [points[r.dir][1] for r in ref.runs if points.get(r.dir)]
         medians[ref.label] = statistics.median(losses) if losses else None
         losses = [ends[r.dir][1] for r in ref.runs if ends.get(r.dir)]
@@ -174,12 +197,17 @@ def early_losses(cells: list[Cell], references: dict[str, Cell]) -> dict[Path, E
     out = {}
     for c in cells:
         ref = references[c.label]
+        own = bases.get(c.label) if ref is c and not c.base else None  # a size's own reference: also the base
         for r in c.runs:
             if points[r.dir] is None or medians[ref.label] is None:
                 continue
             step, loss = points[r.dir]
             end = None if end_medians[ref.label] is None else ends[r.dir][1] - end_medians[ref.label]
-            out[r.dir] = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label], end)
+            net = None
+            if own is not None and medians[own.label] is not None and end_medians[own.label] is not None:
+                net = (loss - medians[own.label]) - (ends[r.dir][1] - end_medians[own.label])
+            e = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label], end)
+            out[r.dir] = e if net is None else replace(e, net=net, net_reference=own.label)
     return out
 
 
@@ -208,7 +236,7 @@ def flag(cells: list[Cell], early: dict[Path, Early], threshold: float) -> None:
     runs (every run stays in every other number of the report)."""
     for c in cells:
         seeds = [(r.seed, early.get(r.dir), r.results["metrics"]["test/bleu"]) for r in c.runs]
-        stuck = [s for s, e, _ in seeds if e is not None and e.excess > threshold]
+        stuck = [s for s, e, _ in seeds if e is not None and is_stuck(e, threshold)]
         kept = [b for s, _, b in seeds if s not in stuck]
         c.row.update(
             early=seeds,
@@ -240,16 +268,23 @@ def early_words(c: Cell, threshold: float) -> str:
         if e is None:
             parts.append(f"seed {seed} not checked (no val loss)")
         else:
-            mark = " STUCK" if e.excess > threshold else ""
-            parts.append(f"seed {seed} {e.loss:.3f} at step {e.step} ({e.excess:+.3f}){mark}")
+            mark = " STUCK" if is_stuck(e, threshold) else ""
+            net = "" if e.net is None else f"; net {e.net:+.3f}"
+            parts.append(f"seed {seed} {e.loss:.3f} at step {e.step} ({e.excess:+.3f}{net}){mark}")
     checked = [e for _, e, _ in c.row["early"] if e is not None]
     ref = checked[0] if checked else None
     against = f" against {ref.reference}'s median {ref.reference_median:.3f}" if ref else ""
     if ref and ref.reference == c.label and not c.base:  # the reference of its own size (row C's N 4)
         against = (
             f" against its own seeds' median {ref.reference_median:.3f} (it is its size's reference: a seed stuck "
-            "among them shows, the cell stuck whole does not)"
+            "among them shows)"
             if len(checked) > 1
-            else " against itself (its size's reference, one seed: not checked)"
+            else " against itself (its size's reference, one seed)"
+        )
+        against += (
+            f" and against {ref.net_reference} net of the gap at the end (early gap minus end gap: a cell "
+            "stuck whole on a plateau it left later shows; one that never left it shows only in its BLEU)"
+            if ref.net is not None
+            else "; no base to check it against net of its final gap, so a cell stuck whole does not show"
         )
     return f"early val loss{against} (stuck above +{threshold:.3f}): " + "; ".join(parts)

@@ -16,6 +16,7 @@ from headsweep.reports.sweep.stuck import (
     correlation,
     disagreeing,
     gap_words,
+    is_stuck,
 )
 from headsweep.reports.sweep.table import display, fmt
 
@@ -97,7 +98,8 @@ def section(cells: list[Cell], early: dict[Path, Early], t: Threshold) -> list[s
     cells whose seeds disagree, and how well early val loss predicts test BLEU."""
     steps = sorted({e.step for e in early.values()})
     runs = [(c, r) for c in cells for r in c.runs]
-    stuck = [(c, r, early[r.dir]) for c, r in runs if r.dir in early and early[r.dir].excess > t.value]
+    stuck = [(c, r, early[r.dir]) for c, r in runs if r.dir in early and is_stuck(early[r.dir], t.value)]
+    nets = {e.net_reference for e in early.values() if e.net is not None}
     unchecked = [r.dir.name for _, r in runs if r.dir not in early]
     refs = sorted({e.reference for e in early.values()})
     lines = ["## Stuck runs", ""]
@@ -111,6 +113,13 @@ def section(cells: list[Cell], early: dict[Path, Early], t: Threshold) -> list[s
         f"early plateau when that excess is above the "
         f"{threshold_words(t)}."
     )
+    if nets:  # row C's sizes without a base of their size: their own median alone cannot see a cell stuck whole
+        lines.append(
+            "- A cell that is its own size's reference (no base of its size) is also read against the base at its "
+            f"rate ({', '.join(sorted(nets))}), net of the gap at the end: its early gap minus its end gap. A model "
+            "of another size keeps about its final gap throughout; a cell stuck whole on a plateau it left later "
+            "sits further above early. Stuck when that is above the same threshold."
+        )
     if stuck:
         lines.append(
             f"- Stuck ({len(stuck)} of {len(runs) - len(unchecked)} runs checked; each with its gap to the "

@@ -197,11 +197,11 @@ def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
         pool["calibration"] = pooled(entries, calibration)
     # one reference per run: its home sweep's reading (the sweep that trained it, beside its own base at its rate),
     # else, where the home reads it as no seed of a cell (a grid run there), the first sweep by name
-    pool["early"] = {}
+    pool["early"], pool["early_sweep"] = {}, {}  # the sweep whose reading it is: a page of another names it
     for sweep in names:
         for identity, (home, e) in read[sweep]["early"].items():
             if home == sweep or identity not in pool["early"]:
-                pool["early"][identity] = e
+                pool["early"][identity], pool["early_sweep"][identity] = e, sweep
     return pool
 
 
@@ -214,7 +214,9 @@ def sweep_early_entries(root: Path, sweep: str) -> dict:
         return {"entries": [], "early": {}}
     cells = group_cells(runs)
     refs = early_references(cells)
-    early = report_stuck.early_losses(cells, report_stuck.same_rate_references(cells, refs, grid_runs))
+    early = report_stuck.early_losses(
+        cells, report_stuck.same_rate_references(cells, refs, grid_runs), report_stuck.size_bases(cells, grid_runs)
+    )
     out, by_run = [], {}
     for c in cells:
         for r in c.runs:
