@@ -47,7 +47,10 @@ def reference_settings(by_protocol: dict) -> dict:
 
 def stuck_words(info: dict) -> str:
     t = info["stuck"]["threshold"]
-    return f"report_stuck's rule: early val loss more than {t.value:.3f} over its reference's median"
+    return (
+        f"report_stuck's rule: early val loss more than {t.value:.3f} over its reference's median (a size with no "
+        "base of its size: also over the base's, net of its final gap)"
+    )
 
 
 def judged(rows: dict, paper: list[dict]) -> list[dict]:

@@ -269,7 +269,8 @@ def stuck_line(info: dict, names: dict) -> str:
     ]
     return (
         f"Stuck runs (report_stuck's rule, the same on every page: early val loss over its reference's median, at "
-        f"its own rate, by more than {threshold.value:.3f}; the gap early and at the end, which a plateau keeps and "
+        f"its own rate, by more than {threshold.value:.3f}, or for a size with no base of its size over the base's "
+        f"net of its final gap; the gap early and at the end, which a plateau keeps and "
         f"a slower learner narrows): " + ("; ".join(stuck) if stuck else "none") + "."
     )
 
