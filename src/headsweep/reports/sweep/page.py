@@ -50,8 +50,8 @@ from headsweep.reports.sweep.ranks import rank_section
 from headsweep.reports.sweep.similarity import similarity_curves
 from headsweep.reports.sweep.summary import (
     budget_store,
+    early_of,
     early_pool,
-    early_references,
     pooled_threshold,
     ranking_words,
     summarize,
@@ -261,8 +261,7 @@ def stuck_runs(
         chosen = report_stuck.Threshold(report_stuck.check_threshold(threshold), "given")
     else:
         chosen = pooled_threshold(pool)
-    refs = report_stuck.same_rate_references(cells, early_references(cells), list(grid_runs))
-    early = report_stuck.early_losses(cells, refs, report_stuck.size_bases(cells, list(grid_runs)))
+    early = early_of(cells, list(grid_runs))
     # the one rule: a run the pool has read is flagged by its one Early (early_pool), whichever page this is
     canonical, read_in = pool.get("early") or {}, pool.get("early_sweep") or {}
     for c in cells:

@@ -34,7 +34,7 @@ its runs.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from scipy.stats import pearsonr
@@ -206,8 +206,16 @@ def early_losses(
             net = None
             if own is not None and medians[own.label] is not None and end_medians[own.label] is not None:
                 net = (loss - medians[own.label]) - (ends[r.dir][1] - end_medians[own.label])
-            e = Early(step, loss, ref.label, medians[ref.label], loss - medians[ref.label], end)
-            out[r.dir] = e if net is None else replace(e, net=net, net_reference=own.label)
+            out[r.dir] = Early(
+                step,
+                loss,
+                ref.label,
+                medians[ref.label],
+                loss - medians[ref.label],
+                end,
+                net,
+                None if net is None else own.label,
+            )
     return out
 
 

@@ -13,7 +13,7 @@ from headsweep.identity import COLUMNS, follows_width
 from headsweep.reporting.stats import mean_sd, ranking_agreement
 from headsweep.reports.site.experiments import run_identity
 from headsweep.reports.sweep import stuck as report_stuck
-from headsweep.reports.sweep.cells import Cell, group_cells, learning_curve, load_runs, varied_keys
+from headsweep.reports.sweep.cells import Cell, Run, group_cells, learning_curve, load_runs, varied_keys
 from headsweep.reports.sweep.lr import split_grid_runs
 from headsweep.reports.sweep.per_length import LENGTH, length_of, same_length
 from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
@@ -180,6 +180,15 @@ def early_references(cells: list[Cell]) -> dict[str, Cell]:
     return refs
 
 
+def early_of(cells: list[Cell], grid_runs: list[Run], refs: dict[str, Cell] | None = None) -> dict:
+    """Each run's Early as this sweep reads it (report_stuck.early_losses): against its reference at its own rate,
+    a size's own reference also against the base net of its final gap. refs: early_references(cells), if at hand."""
+    refs = early_references(cells) if refs is None else refs
+    return report_stuck.early_losses(
+        cells, report_stuck.same_rate_references(cells, refs, grid_runs), report_stuck.size_bases(cells, grid_runs)
+    )
+
+
 def early_pool(root: Path, sweeps: list[str] | None = None) -> dict:
     """What the stuck-run threshold is chosen from: the early excess of every distinct run of every sweep
     under root (or of `sweeps`) but a learning-rate grid's, a run copied into several sweeps once (the same seed,
@@ -214,9 +223,7 @@ def sweep_early_entries(root: Path, sweep: str) -> dict:
         return {"entries": [], "early": {}}
     cells = group_cells(runs)
     refs = early_references(cells)
-    early = report_stuck.early_losses(
-        cells, report_stuck.same_rate_references(cells, refs, grid_runs), report_stuck.size_bases(cells, grid_runs)
-    )
+    early = early_of(cells, grid_runs, refs)
     out, by_run = [], {}
     for c in cells:
         for r in c.runs:
