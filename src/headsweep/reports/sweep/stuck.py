@@ -213,8 +213,8 @@ def early_losses(
                 medians[ref.label],
                 loss - medians[ref.label],
                 end,
-                net,
-                None if net is None else own.label,
+                net=net,
+                net_reference=None if net is None else own.label,
             )
     return out
 
