@@ -379,8 +379,9 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
 
 def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_named_as_running(tmp_path, data):
     """Row B in bf16 has only a grid run; the same row in fp32 on an AVX2-only CPU (table3_b_fan_in_fp32, make table3
-    there) is named on the page while partial, and shown whole, against its own base, once its third seeds land.
-    Tails that are no machine class (an edge check, budget trunks) are never a row."""
+    there) is named on the page while it has no cell at 3 seeds, shown partial once it has more cells at 3 seeds
+    than bf16, and whole, against its own base, once its third seeds land. Tails that are no machine class (an edge
+    check, budget trunks) are never a row."""
     root = tmp_path / "results"
     avx2 = {"cpu": "AMD EPYC", "cpu_class": "AVX2, no bf16 units", "gpu": None, "torch": "2"}
     fake_run(root, data, "table3_b_fan_in", "h8-dk8-dv32", ["model.d_k=8"], 1, 25.0, phase="grid")
@@ -390,7 +391,7 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     assert "table3_b_fan_in_fp32 (phase 1 only): 1 learning-rate grid run." in " ".join(b["notes"])
     fp32 = {"machine": avx2, "protocol": ["model.init=fan_in", *UNIT, "trainer.precision=32-true"]}
     for seed in (1, 2):
-        for dk, bleu in ((32, 30.0), (16, 30.3)):  # d_k 8 later: a row of its first cells is not the row
+        for dk, bleu in ((32, 30.0), (16, 30.3)):  # d_k 8 later
             over = [f"model.d_k={dk}", "model.d_v=32"]
             fake_run(
                 root,
@@ -407,15 +408,18 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     b = T.build(root, paper)["rows"]["B"][R.EARLIER]
     assert b["sweeps"] == ["table3_b_fan_in"] and b["state"] == "partial (phase 1 only)"
     assert (
-        "Also running on another machine class, shown here once complete: "
+        "Also running on another machine class, shown here once complete or ahead in cells at 3 seeds: "
         "[table3_b_fan_in_fp32](table3_b_fan_in_fp32.md) (32-true cpu): "
         "0 of 3 cells at 3 seeds, 1 learning-rate grid run." in " ".join(b["notes"])
     )
     for dk, bleu in ((32, 30.0), (16, 30.3)):
         over = [f"model.d_k={dk}", "model.d_v=32"]
         fake_run(root, data, "table3_b_fan_in_fp32", f"h8-dk{dk}-dv32", over, 3, bleu + 0.3, base=dk == 32, **fp32)
-    b = T.build(root, paper)["rows"]["B"][R.EARLIER]  # every cell it has at 3 seeds, but d_k 8 not run: not whole
-    assert b["sweeps"] == ["table3_b_fan_in"] and "2 of 3 cells at 3 seeds" in " ".join(b["notes"])
+    rec = T.build(root, paper)  # d_k 16 at 3 seeds against bf16's none: shown, partial; d_k 8 not run yet
+    b = rec["rows"]["B"][R.EARLIER]
+    assert b["sweeps"] == ["table3_b_fan_in_fp32"] and b["state"] == "partial (d_k 8: rate grid only (1 run))"
+    assert "shown for having more cells with 3 seeds and a Δ (1) than the CPU's row (0)" in " ".join(b["notes"])
+    assert by_cell(rec)[("B", "d_k 16")]["cell_class"] == avx2["cpu_class"]
     for seed in (1, 2, 3):
         over = ["model.d_k=8", "model.d_v=32"]
         fake_run(root, data, "table3_b_fan_in_fp32", "h8-dk8-dv32", over, seed, 32.0 + seed / 10, **fp32)
@@ -427,6 +431,8 @@ def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_n
     )
     dk8 = by_cell(rec)[("B", "d_k 8")]
     assert dk8["delta"] == pytest.approx(2.0) and dk8["cell_class"] == dk8["base_class"] == avx2["cpu_class"]
+    shown = [TP.short_class(c) for c in (avx2["cpu_class"], AMX["cpu_class"], "AVX512 + AVX512-BF16 (bf16 units)")]
+    assert shown == ["CPU AVX2", "CPU AMX", "CPU AVX512-BF16"]  # the page's base and cell lines name classes so
     for tail in ("_edge", "_budgets", "_edge_h200", "_h200"):
         (root / f"table3_b_fan_in{tail}").mkdir()
     assert R.class_suffixes(root, ["table3_b_fan_in"]) == ["_fp32", "_h200"]

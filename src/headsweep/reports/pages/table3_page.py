@@ -25,14 +25,13 @@ OLDER = (
 
 
 def short_class(cls: str | None) -> str:
-    """'H200', 'H100', 'CPU AMX', 'CPU AVX512-BF16': a machine class in a few characters (the record and the
-    row's lines name it in full)."""
+    """'H200', 'H100', 'CPU AMX', 'CPU AVX512-BF16', 'CPU AVX2': a machine class in a few characters (the record
+    and the row's lines name it in full)."""
     if not cls:
         return "—"
-    if "AMX" in cls:
-        return "CPU AMX"
-    if "AVX512-BF16" in cls:
-        return "CPU AVX512-BF16"
+    for unit in ("AMX", "AVX512-BF16", "AVX2"):  # a CPU's class, by the widest unit it names
+        if unit in cls:
+            return f"CPU {unit}"
     words = [w for w in cls.replace("NVIDIA", "").split() if any(ch.isdigit() for ch in w)]
     return words[0] if words else cls
 

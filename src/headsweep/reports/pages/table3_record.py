@@ -144,7 +144,14 @@ def row_state(info: dict, cells: list[dict]) -> str:
         return "no base cell"
     parts = [f"{c['cell']}: {c['state']}" for c in cells if c["state"] not in ("complete", NOT_RUN)]
     parts += [f"{', '.join(info['missing'])} not run yet"] if info["missing"] else []
+    ref = settings(info["base"].runs[0].flat)
+    in_grid: dict[str, int] = {}  # a cell with no seeds yet may have its rate grid under way
+    for r in info["grid"]:
+        name = short_name(settings(r.flat), ref)
+        in_grid[name] = in_grid.get(name, 0) + 1
     waiting = [c["cell"] for c in cells if c["state"] == NOT_RUN]
+    parts += [f"{w}: rate grid only ({in_grid[w]} run{'s' * (in_grid[w] > 1)})" for w in waiting if w in in_grid]
+    waiting = [w for w in waiting if w not in in_grid]
     parts += [f"not run yet: {'; '.join(waiting)}"] if waiting else []
     return f"partial ({'; '.join(parts)})" if parts else "complete"
 

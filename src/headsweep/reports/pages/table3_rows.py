@@ -3,9 +3,9 @@ its cells, their stuck runs (report.stuck_runs: the one rule every page uses), a
 row beside its verdicts (convergence, grid edges, runs left out). Used by headsweep.reports.pages.table3.
 
 A row's sweeps are those of headsweep.sweeps.table3.ROWS under the protocol's suffix ('' or '_start'). A row is
-the CPU's sweeps unless only another machine class finished it (<sweep>_<card>, every run on a GPU; or
-<sweep>_fp32, every run on one CPU class without bf16 units): then every cell of it, its base too, is that
-class's."""
+the CPU's sweeps unless another machine class finished it (<sweep>_<card>, every run on a GPU; or <sweep>_fp32,
+every run on one CPU class without bf16 units), or, where none finished it, has more cells at 3 seeds with a Δ
+than the CPU: then every cell of it, its base too, is that class's."""
 
 from __future__ import annotations
 
@@ -155,6 +155,14 @@ def complete(info: dict) -> bool:
     return bool(info["cells"]) and info.get("base") is not None and all(c.row["n"] >= SEEDS for c in info["cells"])
 
 
+def seeded(info: dict) -> int:
+    """The row's cells at SEEDS seeds that have a Δ: 0 without a base at SEEDS seeds or with runs of two classes."""
+    base = info.get("base")
+    if base is None or base.row["n"] < SEEDS or len(classes(info)) != 1:
+        return 0
+    return sum(c.row["n"] >= SEEDS for c in info["cells"] if not c.base)
+
+
 def classes(info: dict) -> set[str]:
     return {run_class(r.results.get("machine")) for c in info["cells"] for r in c.runs}
 
@@ -165,7 +173,7 @@ def on_card(info: dict) -> bool:
 
 def on_own_class(info: dict, root: Path) -> bool:
     """Complete, and on one machine class: every run on a card, or every run on one CPU class with every cell its
-    sweeps' specs plan (a CPU row replaces the bf16 one only whole, never by its first cells)."""
+    sweeps' specs plan."""
     if on_card(info):
         return True
     if not complete(info) or len(classes(info)) != 1:
@@ -176,7 +184,8 @@ def on_own_class(info: dict, root: Path) -> bool:
 
 def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
     """Every row of `protocol`: {row: info}. With a suffix every row is that card's; without one a row is the
-    CPU's, unless only a card finished it: a row's cells then all come from that card (its own base too). A row of
+    CPU's, unless another class finished it, or, where none did, has more cells at SEEDS seeds with a Δ than the
+    CPU: a row's cells then all come from that class (its own base too). A row of
     two sweeps (D) takes a sweep from a card that finished it with more cells than the CPU has, with the card's
     base: each cell is still compared with a base of its own class (verdicts.compare)."""
     out = {}
@@ -185,13 +194,20 @@ def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
         info = row_info(root, row, [n + suffix for n in names], protocol, pool)
         cpu = (info["sweeps"], info["status"] if not info["cells"] else "partial")
         if not suffix and not complete(info):
-            for tail in class_suffixes(root, names):
-                alt = row_info(root, row, [n + tail for n in names], protocol, pool)
-                if on_own_class(alt, root):
-                    alt["instead_of"] = cpu
-                    info = alt
-                    break
-                if alt["cells"] or alt["grid"]:  # the row also runs elsewhere: the page says how far it is
+            tails = class_suffixes(root, names)
+            alts = [row_info(root, row, [n + tail for n in names], protocol, pool) for tail in tails]
+            pick = next((a for a in alts if on_own_class(a, root)), None)
+            if pick is None:  # no class finished it: the class with the most cells at SEEDS seeds, where it beats ours
+                pick = max(alts, key=seeded, default=None)
+                if pick is not None and seeded(pick) > seeded(info):
+                    pick["outnumbers"] = seeded(info)  # the page says it is partial, and why it is shown
+                else:
+                    pick = None
+            if pick is not None:
+                pick["instead_of"] = cpu
+                info = pick
+            for alt in alts:  # the row also runs elsewhere: the page says how far it is
+                if alt is not pick and (alt["cells"] or alt["grid"]):
                     info.setdefault("elsewhere", []).append(elsewhere(alt, root))
         if not suffix and not info.get("instead_of") and len(names) > 1:
             mixed = per_sweep(root, row, names, protocol, pool)
@@ -317,7 +333,7 @@ def notes(info: dict, names: dict) -> list[str]:
     lines = []
     if info.get("instead_of"):
         cpu, state = info["instead_of"]
-        if on_card(info):
+        if info["cells"] and all(d.endswith(" gpu") for d in info["devices"]):
             lines.append(
                 f"Shown from the card: the CPU's {', '.join(cpu)} is {state}; every cell of this row, its base too, "
                 "trained on the card, and each Δ is against the card's own base."
@@ -334,6 +350,11 @@ def notes(info: dict, names: dict) -> list[str]:
                 "CPU; the base cell holds both machines' base runs, and each cell's Δ is against the base runs of "
                 "its own class, never across."
             )
+        if "outnumbers" in info:
+            lines.append(
+                f"Partial here too: shown for having more cells with {SEEDS} seeds and a Δ ({seeded(info)}) than "
+                f"the CPU's row ({info['outnumbers']}); a row is read from one class, never cells of two."
+            )
     if not info["cells"]:
         lines += [grid_only_line(info["grid"])] if info["grid"] else []
     else:
@@ -349,7 +370,8 @@ def notes(info: dict, names: dict) -> list[str]:
             lines += rate_check_lines([(names.get(label, label), v, rate) for label, v, rate in info["rate_checks"]])
     if info.get("elsewhere"):
         lines.append(
-            f"Also running on another machine class, shown here once complete: {'; '.join(info['elsewhere'])}."
+            f"Also running on another machine class, shown here once complete or ahead in cells at {SEEDS} seeds: "
+            f"{'; '.join(info['elsewhere'])}."
         )
     if info["missing"]:
         lines.append(f"Not run yet: {', '.join(info['missing'])}.")
