@@ -133,6 +133,25 @@ def test_a_cell_waits_while_one_of_its_grid_runs_is_missing_and_nan_counts_as_wo
     assert LR._record_of(chosen.jobs[0])["chosen"] == 5e-4 and LR._record_of(chosen.jobs[0])["val_loss"][1] is None
 
 
+def test_a_grid_run_its_time_cap_stopped_short_cannot_choose_and_says_how_to_finish_it(tmp_path, capsys, no_launch):
+    """A grid run its time cap ended at step 1046 of its budget (its rate not yet decayed) is no full run: the sweep
+    stops with one line naming it and the way to finish it, before it chooses anything."""
+    lr = plan(tmp_path)
+    grid_losses(lr, {CELLS[0]: [2.40, 2.31, 2.35], CELLS[1]: [2.50, 2.45, 2.30]})
+    short = lr.cells[1].grid_jobs[2e-3].export  # the one that would win
+    record = seen(short)
+    cap, max_time = record["config"]["trainer"]["max_steps"], record["config"]["trainer"]["max_time"]
+    record["metrics"]["train/steps"] = 1046
+    write_results(short.resolve(), record)
+    assert LR.stopped_short(record) == f"stopped at step 1046 of {cap} by trainer.max_time {max_time}"
+    assert LR.stopped_short({**record, "metrics": {"train/steps": cap}}) is None
+    args = ["--sweep", "table3_e", "--seeds", "2", "--lr-grid", "5e-4,1e-3,2e-3", "--dry"]
+    assert S.main([*args, "--root", str(tmp_path / "mr"), "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{CELLS[1]}-lr0.002-s1" in err, err
+    assert f"stopped at step 1046 of {cap}" in err and "longer trainer.max_time" in err
+
+
 @pytest.mark.parametrize(
     "grid, message",
     [

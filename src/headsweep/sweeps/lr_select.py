@@ -245,7 +245,15 @@ def final_val_loss(job: Job) -> float | None:
     (diverged) reads as +inf."""
     for d in (job.export, job.dir):
         if d is not None and job.finished(d):
-            loss = read_results(d).get("metrics", {}).get(SELECT_ON)
+            results = read_results(d)
+            loss = results.get("metrics", {}).get(SELECT_ON)
+            short = stopped_short(results)
+            if short is not None:  # fewer steps, its rate not yet decayed: its loss is not the budget's
+                raise SweepError(
+                    f"{d / RESULTS}: {short}, so its val loss cannot choose a rate against full runs; move that "
+                    "results.json away (and the view in results/<sweep>/) and run the job again with a longer "
+                    "trainer.max_time (ARGS=trainer.max_time=00:04:00:00): it resumes from its last checkpoint"
+                )
             if loss is None:
                 raise SweepError(
                     f"{d / RESULTS} has no metrics['{SELECT_ON}']: the learning rate cannot be chosen; "
@@ -253,6 +261,17 @@ def final_val_loss(job: Job) -> float | None:
                 )
             return math.inf if math.isnan(loss) else float(loss)
     return None
+
+
+def stopped_short(results: dict) -> str | None:
+    """'stopped at step 1046 of 1150 by trainer.max_time 00:01:30:00': a run its time cap ended before
+    trainer.max_steps; None for a run that trained them all (or records no step count)."""
+    steps = results.get("metrics", {}).get("train/steps")
+    trainer = results.get("config", {}).get("trainer") or {}
+    cap = trainer.get("max_steps")
+    if steps is None or cap is None or int(cap) < 0 or int(steps) >= int(cap):
+        return None
+    return f"stopped at step {int(steps)} of {int(cap)} by trainer.max_time {trainer.get('max_time')}"
 
 
 def choose(losses: dict[float, float]) -> float:
