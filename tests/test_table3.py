@@ -21,7 +21,8 @@ from headsweep.reports.pages import table3_page as TP
 from headsweep.reports.pages import table3_rows as R
 from headsweep.reports.pages import verdicts as V
 from headsweep.sweeps import table3 as P
-from headsweep.sweeps.lr_select import LR_KEY, parse_grid, plan_lr
+from headsweep.sweeps.lr_select import LR_KEY, plan_lr
+from headsweep.sweeps.sweep import parse_grid
 
 SHIPPED = SWEEPS_DIR.parent / "results"
 UNIT = ["model.init_wo_gain=1.0", "model.init_ff2_gain=1.0"]  # the earlier protocol's start (the default is 1/sqrt(6))

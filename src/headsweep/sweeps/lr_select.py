@@ -8,22 +8,22 @@ both by one command and resumable like any sweep (a rerun skips what is finished
    validation loss, then seeds 1..N of the cell at that rate as the ordinary jobs <cell>-s<seed>. Seed 1
    is the grid run at that rate, copied, not trained again.
 
-The selection reads one number: results.json metrics["val/loss"], the loss on data.val_split of the final
-weights (train.fit_and_test validates them when the last validation came earlier), never averaged weights
-and never a test split: there is no option to choose on anything else. A diverged run (NaN) counts as the
-worst. Ties (equal to 1e-6) go to the smaller rate, so the choice is deterministic.
+The selection reads one number: results.json metrics["val/loss"], the loss on data.val_split of the final weights
+(train.fit_and_test validates them when the last validation came earlier), never averaged weights and never a test
+split: there is no option to choose on anything else. A diverged run (NaN) counts as the worst; ties (equal to 1e-6)
+go to the smaller rate, so the choice is deterministic. A grid run its time cap stopped before trainer.max_steps
+cannot choose (training.runs.stopped_short): the sweep stops with one line.
 
-The selecting seed's bias: seed 1 at the chosen rate won on its own validation loss, so its scores lean
-optimistic (a winner's curse, smaller on test than on val). The report compares the cells on every seed and
-also on seeds 2..N only, which took no part in the choice.
+The selecting seed's bias: seed 1 at the chosen rate won on its own validation loss, so its scores lean optimistic
+(a winner's curse). The report compares the cells on every seed and on seeds 2..N only.
 
-Every job records the grid in its config (`lr_select`, tags lr-grid / lr-chosen and lr<v>): a grid job its
-phase and grid; a chosen-rate job also the rate, each grid value's loss and the runs they came from.
+Every job records the grid in its config (`lr_select`, tags lr-grid / lr-chosen and lr<v>): a grid job its phase and
+grid; a chosen-rate job also the rate, each grid value's loss and the runs they came from.
 
-Grids as run (issue 54): each cell has its own grid. A later command with a wider LR_GRID and a narrow ONLY
-(edge runs for two cells) widens the grid of the cells it runs (`extended_from`: the grid before); a cell whose
-grid runs ONLY leaves out keeps the grid its runs were recorded under. A grid over a sweep first planned at one
-rate uses its seeds, never overwriting them: headsweep.sweeps.lr_plain.
+Grids as run (issue 54): each cell has its own grid. A later command with a wider LR_GRID and a narrow ONLY (edge
+runs for two cells) widens the grid of the cells it runs (`extended_from`: the grid before); a cell whose grid runs
+ONLY leaves out keeps the grid its runs were recorded under. A grid over a sweep first planned at one rate uses its
+seeds, never overwriting them: headsweep.sweeps.lr_plain.
 """
 
 from __future__ import annotations
@@ -44,38 +44,13 @@ from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
 from headsweep.sweeps.sweep_settings import shared_overrides
-from headsweep.training.runs import RESULTS, is_complete, read_results
+from headsweep.training.runs import RESULTS, is_complete, read_results, stopped_short
 
 LR_KEY = "module.peak_lr"
 SELECT_ON = "val/loss"  # results.json metrics: the final weights' loss on data.val_split
 SELECT_WHAT = "final val/loss of seed 1 (data.val_split, the last step's weights)"
 TIE = 1e-6
 GRID_PHASE, CHOSEN_PHASE = "grid", "chosen"
-
-
-def parse_grid(text: str) -> list[float]:
-    """The grid of --lr-grid '5e-4,1e-3,2e-3', sorted; one line of SweepError for anything else."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    values = []
-    for p in parts:
-        try:
-            v = float(p)
-        except ValueError:
-            raise SweepError(
-                f"--lr-grid {text}: '{p}' is not a number; give peak learning rates > 0, e.g. --lr-grid 5e-4,1e-3,2e-3"
-            ) from None
-        if not math.isfinite(v) or v <= 0:
-            raise SweepError(
-                f"--lr-grid {text}: {p} is not a learning rate > 0; give peak learning rates > 0, "
-                "e.g. --lr-grid 5e-4,1e-3,2e-3"
-            )
-        values.append(v)
-    if len(set(values)) < 2:
-        raise SweepError(
-            f"--lr-grid {text}: a grid needs at least two different rates to choose from "
-            "(one rate is the spec's module.peak_lr=<v>); e.g. --lr-grid 5e-4,1e-3,2e-3"
-        )
-    return sorted(set(values))
 
 
 def lr_text(v: float) -> str:
@@ -247,12 +222,10 @@ def final_val_loss(job: Job) -> float | None:
         if d is not None and job.finished(d):
             results = read_results(d)
             loss = results.get("metrics", {}).get(SELECT_ON)
-            short = stopped_short(results)
-            if short is not None:  # fewer steps, its rate not yet decayed: its loss is not the budget's
+            if short := stopped_short(results):  # fewer steps, its rate not decayed: not the budget's loss
                 raise SweepError(
-                    f"{d / RESULTS}: {short}, so its val loss cannot choose a rate against full runs; move that "
-                    "results.json away (and the view in results/<sweep>/) and run the job again with a longer "
-                    "trainer.max_time (ARGS=trainer.max_time=00:04:00:00): it resumes from its last checkpoint"
+                    f"{d / RESULTS}: {short}: its val loss cannot choose a rate; move it (and its view in results/) "
+                    "away and run the job again with a longer ARGS=trainer.max_time=...: it resumes from its checkpoint"
                 )
             if loss is None:
                 raise SweepError(
@@ -261,17 +234,6 @@ def final_val_loss(job: Job) -> float | None:
                 )
             return math.inf if math.isnan(loss) else float(loss)
     return None
-
-
-def stopped_short(results: dict) -> str | None:
-    """'stopped at step 1046 of 1150 by trainer.max_time 00:01:30:00': a run its time cap ended before
-    trainer.max_steps; None for a run that trained them all (or records no step count)."""
-    steps = results.get("metrics", {}).get("train/steps")
-    trainer = results.get("config", {}).get("trainer") or {}
-    cap = trainer.get("max_steps")
-    if steps is None or cap is None or int(cap) < 0 or int(steps) >= int(cap):
-        return None
-    return f"stopped at step {int(steps)} of {int(cap)} by trainer.max_time {trainer.get('max_time')}"
 
 
 def choose(losses: dict[float, float]) -> float:

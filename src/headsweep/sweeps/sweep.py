@@ -38,6 +38,7 @@ spread round-robin. A sweep never mixes devices: name a GPU sweep of a CPU spec 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -152,10 +153,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def parse_grid(text: str) -> list[float]:
+    """The grid of --lr-grid '5e-4,1e-3,2e-3', sorted; one line of SweepError for anything else."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    values = []
+    for p in parts:
+        try:
+            v = float(p)
+        except ValueError:
+            raise SweepError(
+                f"--lr-grid {text}: '{p}' is not a number; give peak learning rates > 0, e.g. --lr-grid 5e-4,1e-3,2e-3"
+            ) from None
+        if not math.isfinite(v) or v <= 0:
+            raise SweepError(
+                f"--lr-grid {text}: {p} is not a learning rate > 0; give peak learning rates > 0, "
+                "e.g. --lr-grid 5e-4,1e-3,2e-3"
+            )
+        values.append(v)
+    if len(set(values)) < 2:
+        raise SweepError(
+            f"--lr-grid {text}: a grid needs at least two different rates to choose from "
+            "(one rate is the spec's module.peak_lr=<v>); e.g. --lr-grid 5e-4,1e-3,2e-3"
+        )
+    return sorted(set(values))
+
+
 def print_checks(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     """Both checks' tables for every cell, at each rate of --lr-grid (else the config's), nothing trained."""
-    from headsweep.sweeps.lr_select import parse_grid
-
     rates = parse_grid(args.lr_grid) if args.lr_grid else [None]
     for lr in rates:
         if lr is not None:
@@ -176,7 +200,7 @@ def print_checks(name: str, args: argparse.Namespace, extra: list[str]) -> int:
 
 def run_lr_grid(name: str, args: argparse.Namespace, extra: list[str]) -> int:
     """Both phases of a sweep whose cells each get their own peak learning rate (lr_select)."""
-    from headsweep.sweeps.lr_select import parse_grid, plan_lr, run_lr
+    from headsweep.sweeps.lr_select import plan_lr, run_lr
 
     grid = parse_grid(args.lr_grid)
     lr = plan_lr(
