@@ -378,7 +378,7 @@ def test_a_row_only_a_card_finished_is_shown_whole_from_the_card_against_the_car
     assert "Shown from the card" in " ".join(a["notes"])
 
 
-def test_a_row_only_an_fp32_cpu_class_finished_is_shown_from_it_and_until_then_named_as_running(tmp_path, data):
+def test_an_fp32_cpu_class_row_is_named_then_shown_partial_once_ahead_in_seeds_then_whole(tmp_path, data):
     """Row B in bf16 has only a grid run; the same row in fp32 on an AVX2-only CPU (table3_b_fan_in_fp32, make table3
     there) is named on the page while it has no cell at 3 seeds, shown partial once it has more cells at 3 seeds
     than bf16, and whole, against its own base, once its third seeds land. Tails that are no machine class (an edge

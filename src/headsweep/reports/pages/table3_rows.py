@@ -185,9 +185,9 @@ def on_own_class(info: dict, root: Path) -> bool:
 def rows(root: Path, protocol: str, pool: dict, suffix: str = "") -> dict:
     """Every row of `protocol`: {row: info}. With a suffix every row is that card's; without one a row is the
     CPU's, unless another class finished it, or, where none did, has more cells at SEEDS seeds with a Δ than the
-    CPU: a row's cells then all come from that class (its own base too). A row of
-    two sweeps (D) takes a sweep from a card that finished it with more cells than the CPU has, with the card's
-    base: each cell is still compared with a base of its own class (verdicts.compare)."""
+    CPU: a row's cells then all come from that class (its own base too). A row of two sweeps (D) takes a sweep
+    from a card that finished it with more cells than the CPU has, with the card's base: each cell is still
+    compared with a base of its own class (verdicts.compare)."""
     out = {}
     for row, names in ROWS.items():
         names = [n + PROTOCOLS[protocol]["suffix"] for n in names]
