@@ -10,13 +10,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import fake_run, needs_data, seen, stored_run, tiny_overrides, write_results
+from headsweep import store
 from headsweep.config import compose
 from headsweep.reports.sweep.page import write_report
 from headsweep.sweeps import launch as L
 from headsweep.sweeps import lr_select as LR
 from headsweep.sweeps import sweep as S
 from headsweep.sweeps.jobs import Job
-from headsweep.training import runs as R
 from headsweep.training.runs import is_complete
 
 TINY = tiny_overrides(None, "logger.wandb.mode=offline")
@@ -144,8 +144,8 @@ def test_a_grid_run_its_time_cap_stopped_short_cannot_choose_and_says_how_to_fin
     cap, max_time = record["config"]["trainer"]["max_steps"], record["config"]["trainer"]["max_time"]
     record["metrics"]["train/steps"] = 1046
     write_results(short.resolve(), record)
-    assert R.stopped_short(record) == f"stopped at step 1046 of {cap} by trainer.max_time {max_time}"
-    assert R.stopped_short({**record, "metrics": {"train/steps": cap}}) is None
+    assert store.stopped_short(record) == f"stopped at step 1046 of {cap} by trainer.max_time {max_time}"
+    assert store.stopped_short({**record, "metrics": {"train/steps": cap}}) is None
     args = ["--sweep", "table3_e", "--seeds", "2", "--lr-grid", "5e-4,1e-3,2e-3", "--dry"]
     assert S.main([*args, "--root", str(tmp_path / "mr"), "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err

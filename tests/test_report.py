@@ -89,8 +89,8 @@ def make_run(root: Path, data_dir: Path, h: int, seed: int, bleu: float, hyps: l
             "val/bleu": bleu - 1,
             "val/ppl": 10.0 - bleu / 10,
             "test/ppl": 9.0,
-            "train/steps": 700 if h == 2 else 800,
-        },  # h2 hit trainer.max_time
+            "train/steps": 800,
+        },
     }
     write_results(run, results)
     (run / "metrics.csv").write_text("epoch,step,train/loss,val/bleu,val/loss\n")  # no validation rows
@@ -193,15 +193,15 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     md = paths[0].read_text()
     # attention FLOPs differ (the softmax's h x context term, 3 x 3 x 6 x 32 from h = 2 to h = 8): a column
     assert (
-        "| cell | h | d_k | d_v | attn MFLOP/token | steps | BLEU test | Δ BLEU test | 95% CI | p Holm | chrF test | "
+        "| cell | h | d_k | d_v | attn MFLOP/token | BLEU test | Δ BLEU test | 95% CI | p Holm | chrF test | "
         "BLEU val | paper row | paper BLEU | paper Δ BLEU |"
     ) in md
     assert (
-        "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 | — | — | — "
+        "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 31.00 ± 1.41 | — | — | — "
         "| 81.0 ± 1.4 | 30.00 ± 1.41 | base | 25.8 | — |" in md
     )
-    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 700* | 27.00 | -4.00 | — | — |" in md  # one seed: no interval
-    assert "stopped before trainer.max_steps" in md and "Every cell has 7.58 M parameters: no plot" in md
+    assert "| h2-dk128-dv128 | 2 | 128 | 128 | 5.015 | 27.00 | -4.00 | — | — |" in md  # one seed: no interval
+    assert "800 training steps" in md and "Every cell has 7.58 M parameters: no plot" in md
     assert "seeds pooled" in md and "nrefs:1|bs:100|seed:12345" in md
     assert "  - `h16-dk16-dv16-s1`: no results.json" in md and "  - `h32-dk8-dv8-s1`: DataError: bad" in md
     html = paths[1].read_text()
@@ -209,6 +209,21 @@ def test_report_files(sweep_dir, tmp_path, monkeypatch):
     # the page's last line names the module that wrote it, in the markdown and in the page
     assert md.endswith("\n---\n\n*written by `headsweep.reports.sweep.page`*\n")
     assert "written by <code>headsweep.reports.sweep.page</code>" in html
+
+
+def test_a_seed_its_time_cap_stopped_short_is_flagged_and_left_out_of_its_cells_comparison(sweep_dir, tmp_path):
+    """h4's seed 2 trained 700 of its 800 steps (trainer.max_time): the table flags the cell, its details name the
+    seed, and its Δ is seed 1's alone (store.stopped_short, the rule the rate choice and Table 3's verdicts use)."""
+    run = sweep_dir / "table3_a" / "h4-dk64-dv64-s2"
+    record = json.loads((run / "results.json").read_text())
+    record["metrics"]["train/steps"] = 700
+    write_results(run, record)
+    md = R.write_report("table3_a", sweep_dir, tmp_path / "reports", n_samples=20)[0].read_text()
+    seed1 = CELLS[4]["bleu"][0]
+    assert f"| h4-dk64-dv64 | 4 | 64 | 64 | 5.017 | 750* | 28.50 ± 0.71 | {seed1 - 31.0:+.2f} | — |" in md
+    assert "Left out (stopped short): seed 2 (stopped at step 700 of 800 by trainer.max_time" in md
+    assert "\\* a seed stopped before trainer.max_steps (trainer.max_time): left out of the cell's comparison" in md
+    assert "- steps: 750 of trainer.max_steps 800; seed 2: stopped at step 700 of 800 by trainer.max_time" in md
 
 
 def test_no_runs_is_one_clear_error(tmp_path, capsys):

@@ -106,8 +106,8 @@ def test_bad_runs_are_named_in_one_line_left_out_of_every_number_and_results_unt
     md = (tmp_path / "r" / "table3_a.md").read_text()
     assert "Left out of the table and of every number (3):" in md and "  - `h8-dk32-dv32-s3`: a run of sweep" in md
     # none of the 99 BLEU runs counts: the base is seeds 1-2 (31.00 ± 1.41), h4 seed 1 alone (29.00)
-    assert "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 800 | 31.00 ± 1.41 |" in md
-    assert "| h4-dk64-dv64 | 4 | 64 | 64 | 5.017 | 800 | 29.00 | -2.00 |" in md
+    assert "| h8-dk32-dv32 (base) | 8 | 32 | 32 | 5.020 | 31.00 ± 1.41 |" in md
+    assert "| h4-dk64-dv64 | 4 | 64 | 64 | 5.017 | 29.00 | -2.00 |" in md
     assert tree_digest(tmp_path / "results") == before  # nothing under results/ rewritten
 
 

@@ -237,7 +237,7 @@ def fake_run(root: Path, data: Path, sweep: str, cell: str, overrides: list[str]
                 "val/ppl": kw.get("val_ppl", 12.0 - bleu / 10),
                 "val/loss": kw.get("val_loss", early - 0.7),
                 "test/ppl": 9.0,
-                "train/steps": 1150,
+                "train/steps": config["trainer"]["max_steps"],
             },
         },
     )
@@ -634,6 +634,33 @@ def test_the_page_index_and_readme_render_each_verdict_from_the_record(fake_root
     assert mismatches(rec, page, {"B": row_line(readme, "narrower d_k")}) == [
         "page: ('B', 'd_k 8', 'earlier') says disagrees, the record agrees"
     ]
+
+
+def test_a_cells_holm_p_is_its_sweeps_so_the_table3_page_and_the_sweep_page_print_one(fake_root, data, tmp_path):
+    """Holm's family is the cell's sweep: row D's two dropout cells are corrected together, not with row B's two,
+    so table3.json and each sweep's own page (`make report`) print the same Holm p for every cell."""
+    from headsweep.reporting.stats import holm
+    from headsweep.reports import build as B
+
+    for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
+        for drop, mean in ((0.1, 30.0), (0.0, 29.0), (0.2, 29.8)):
+            over = [f"model.dropout={drop}", "module.label_smoothing=0.1", "model.d_k=32", "model.d_v=32"]
+            cell = "h8-dk32-dv32" if drop == 0.1 else f"h8-dk32-dv32-drop{drop:g}"
+            fake_run(fake_root, data, "table3_d_dropout", cell, over, seed, mean + noise * (1 + drop), base=drop == 0.1)
+    rec = T.build(fake_root, T.read_paper(T.PAPER_CSV))
+    cells = [c for c in rec["cells"] if c["protocol"] == R.EARLIER and c.get("p") is not None]
+    assert sorted(c["cell"] for c in cells) == ["P_drop 0", "P_drop 0.2", "d_k 16", "d_k 8"]
+    out = tmp_path / "reports"
+    assert B.main(["--sweep", "all", "--root", str(fake_root), "--out", str(out), "--samples", "20"]) == 0
+    for c in cells:
+        page = json.loads((out / f"{c['sweep']}.json").read_text())
+        (mine,) = [x for x in page["cells"] if x["cell"] == c["label"]]
+        assert c["p_holm"] == pytest.approx(mine["p_holm"], rel=1e-3), c["cell"]
+        same = [x["p"] for x in cells if x["sweep"] == c["sweep"]]
+        assert c["p_holm"] == pytest.approx(holm(same)[same.index(c["p"])], rel=1e-3)
+    # the family matters here: over all four cells at once, some cell's Holm p would differ
+    everyone = holm([c["p"] for c in cells])
+    assert any(abs(a - c["p_holm"]) > 1e-3 * c["p_holm"] for a, c in zip(everyone, cells))
 
 
 SHIPPED_REPORTS = SWEEPS_DIR.parent / "reports"

@@ -1,6 +1,7 @@
 """The one verdict rule (headsweep.reports.pages.verdicts): Welch's interval and p over seeds against a closed form,
-Holm across a page's cells by hand, each margin of the rule on both sides, fewer than 2 seeds, a comparison that
-would cross machine classes (one line, nothing computed), a cell with seeds on two classes, under-training."""
+Holm across a page's cells by hand and within each sweep's family, a seed stopped short left out, each margin of the
+rule on both sides, fewer than 2 seeds, a comparison that would cross machine classes (one line, nothing computed),
+a cell with seeds on two classes, under-training."""
 
 import math
 import statistics
@@ -60,6 +61,27 @@ def test_holm_across_the_pages_cells_by_hand():
         running = max(running, min(1.0, (3 - rank) * p[i]))
         want[i] = running
     assert got == pytest.approx(want)
+
+    # families: each cell's sweep apart; a family of one keeps its Welch p, the two others are Holm'd together
+    fam = V.judge([V.Entry(-1.0, runs(c), base, family=f) for c, f in zip(cells, ("a", "b", "b"))])
+    two = sorted(p[1:])
+    assert [v.p_holm for v in fam] == pytest.approx([p[0], *[max(min(1, 2 * two[0]), q) for q in p[1:]]])
+
+
+def test_a_seed_its_time_cap_stopped_short_is_left_out_of_the_comparison_and_named():
+    """A seed that trained 1,046 of 1,150 steps (its rate not decayed) is no run of the budget, on either side."""
+    cell, base = runs([33.4, 33.7, 20.0]), runs([34.4, 33.3, 34.5, 34.0])
+    for r, steps in ((cell[2], 1046), (base[3], 900)):
+        r.results["metrics"]["train/steps"] = steps
+        r.results["config"] = {"trainer": {"max_steps": 1150, "max_time": "00:01:30:00"}}
+    c = V.compare(cell, base)
+    (lo, hi), p = welch_by_hand([33.4, 33.7], [34.4, 33.3, 34.5])
+    assert (c.n, c.n_base) == (2, 3) and c.interval == pytest.approx((lo, hi)) and c.p == pytest.approx(p)
+    assert c.stopped == [
+        "seed 3 (stopped at step 1046 of 1150 by trainer.max_time 00:01:30:00)",
+        "base seed 4 (stopped at step 900 of 1150 by trainer.max_time 00:01:30:00)",
+    ]
+    assert c.left_out == []  # another class: none
 
 
 def comp(delta, lo, hi, n=3):

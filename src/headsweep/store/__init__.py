@@ -36,6 +36,7 @@ from headsweep.store.record import (
     schema_note,
     settings_diff,
     settings_key,
+    stopped_short,
     strings,
     write_record,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "settings_diff",
     "settings_key",
     "show",
+    "stopped_short",
     "store_dir",
     "stored_runs",
     "strings",

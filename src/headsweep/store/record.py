@@ -358,3 +358,15 @@ def as_seen(record: Record, sweep: str, job: str) -> dict:
             "tags": first.get("tags"),
         }
     return results
+
+
+def stopped_short(results: dict) -> str | None:
+    """'stopped at step 1046 of 1150 by trainer.max_time 00:01:30:00': a run its time cap ended before
+    trainer.max_steps; None for a run that trained them all (or records no step count). Such a run is no run of its
+    budget: its rate had not decayed. The rate choice refuses it; a verdict leaves it out, named."""
+    steps = results.get("metrics", {}).get("train/steps")
+    trainer = results.get("config", {}).get("trainer") or {}
+    cap = trainer.get("max_steps")
+    if steps is None or cap is None or int(cap) < 0 or int(steps) >= int(cap):
+        return None
+    return f"stopped at step {int(steps)} of {int(cap)} by trainer.max_time {trainer.get('max_time')}"

@@ -12,7 +12,7 @@ The selection reads one number: results.json metrics["val/loss"], the loss on da
 (train.fit_and_test validates them when the last validation came earlier), never averaged weights and never a test
 split: there is no option to choose on anything else. A diverged run (NaN) counts as the worst; ties (equal to 1e-6)
 go to the smaller rate, so the choice is deterministic. A grid run its time cap stopped before trainer.max_steps
-cannot choose (training.runs.stopped_short): the sweep stops with one line.
+cannot choose (store.stopped_short): the sweep stops with one line.
 
 The selecting seed's bias: seed 1 at the chosen rate won on its own validation loss, so its scores lean optimistic
 (a winner's curse). The report compares the cells on every seed and on seeds 2..N only.
@@ -37,14 +37,14 @@ from pathlib import Path
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
-from headsweep.store import as_seen, read_record, write_record
+from headsweep.store import as_seen, read_record, stopped_short, write_record
 from headsweep.sweeps import launch, lr_plain, planning
 from headsweep.sweeps.classes import class_bases
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
 from headsweep.sweeps.sweep_settings import shared_overrides
-from headsweep.training.runs import RESULTS, is_complete, read_results, stopped_short
+from headsweep.training.runs import RESULTS, is_complete, read_results
 
 LR_KEY = "module.peak_lr"
 SELECT_ON = "val/loss"  # results.json metrics: the final weights' loss on data.val_split

@@ -1,6 +1,7 @@
 """Table 3's verdict at 4x: each new-start cell's cooldown branch at 4 times the ablation budget (`make budgets`:
 one warmup-stable-decay trunk per cell, cooled down from 3.2x; reports.pages.budgets) against the base's 4x branches,
-judged once by verdicts.judge (within one machine class, Holm across the cells read at 4x) against the paper's Δ.
+judged once by verdicts.judge (within one machine class, Holm across the cells of its budgets sweep) against the
+paper's Δ.
 
 Reads the budgets sweeps of the new start's rows (<row's start sweep>_budgets, e.g. table3_c_start_budgets), the
 primary cooldown shape only. The base is one experiment whichever row's budgets sweep trained it: its branches are
@@ -59,7 +60,9 @@ def at_budget(root: Path, rows: dict, cells: list[dict], k: float = AT) -> None:
         runs[row] = got
         base += [r for r in row_base if os.path.realpath(r.dir) not in {os.path.realpath(b.dir) for b in base}]
     items = [c for c in cells if c.get("label") and runs.get(c["row"], {}).get(c["label"]) and base]
-    verdicts = V.judge([V.Entry(c.get("paper_delta"), runs[c["row"]][c["label"]], base) for c in items])
+    # Holm per budgets sweep (the row's experiment at k times), as the 1x verdicts are per sweep
+    mine = lambda c: runs[c["row"]][c["label"]]  # noqa: E731
+    verdicts = V.judge([V.Entry(c.get("paper_delta"), mine(c), base, family=mine(c)[0].dir.parent.name) for c in items])
     for c in cells:
         c["at_4x"] = {"state": "not run yet"}
     for c, v in zip(items, verdicts):

@@ -72,7 +72,7 @@ def at_words(record: dict) -> list[str]:
         f"**At {AT}x** ({read} cell{'s' * (read != 1)} read so far): each new-start cell's cooldown branch at "
         f"{AT} times the steps ({AT * 1150:,}; `make budgets`, one warmup-stable-decay trunk per cell, "
         f"[budgets](budgets.md)) against the base's {AT}x branches of its class, by the same rule, Holm across "
-        f"the cells read at {AT}x. A branch is no 1x run: its verdict sits beside the 1x one.",
+        f"the cells of its budgets sweep. A branch is no 1x run: its verdict sits beside the 1x one.",
         "",
     ]
 
@@ -251,6 +251,7 @@ def protocol_section(record: dict, protocol: str) -> list[str]:
         for c in cells:
             if c["row"] == row and c["verdict"] is not None:
                 left = f" Left out (another machine class): {', '.join(c['left_out'])}." if c["left_out"] else ""
+                left += f" Left out (stopped short): {', '.join(c['stopped_out'])}." if c.get("stopped_out") else ""
                 md.append(f"- {c['cell']}: **{c['verdict']}**: {c['reason']}.{left}")
         md += [f"- {line}" for line in r["notes"]]
         md.append("")

@@ -53,9 +53,14 @@ def stuck_words(info: dict) -> str:
     )
 
 
+def sweep_of(c) -> str | None:
+    """The sweep a cell's runs are shown in: its page, and its Holm family."""
+    return next((r.dir.parent.name for r in c.runs), None)
+
+
 def judged(rows: dict, paper: list[dict]) -> list[dict]:
-    """Every compared cell of one protocol's rows, its verdict by verdicts.judge over all of them at once (Holm
-    across the page's cells of the protocol)."""
+    """Every compared cell of one protocol's rows, its verdict by verdicts.judge (Holm across the cells of each
+    cell's sweep, as its sweep page corrects)."""
     items, entries = [], []
     for row, info in rows.items():
         base = info.get("base")
@@ -66,7 +71,7 @@ def judged(rows: dict, paper: list[dict]) -> list[dict]:
             p, p_delta, p_dppl = match(ours, ref, paper)
             items.append((row, info, c, ours, ref, p, p_delta, p_dppl))
             stuck = {r.dir for r in c.runs if r.seed in (c.row.get("stuck_seeds") or [])}
-            entries.append(V.Entry(p_delta, c.runs, base.runs, stuck, stuck_words(info)))
+            entries.append(V.Entry(p_delta, c.runs, base.runs, stuck, stuck_words(info), sweep_of(c)))
     out = []
     for (row, _, c, ours, ref, p, p_delta, p_dppl), v in zip(items, V.judge(entries)):
         comp = v.comparison
@@ -75,7 +80,7 @@ def judged(rows: dict, paper: list[dict]) -> list[dict]:
                 "row": row,
                 "cell": short_name(ours, ref),
                 "label": c.label,
-                "sweep": next((r.dir.parent.name for r in c.runs), None),
+                "sweep": sweep_of(c),
                 "settings": ours,
                 "paper": None if p is None else {k: p.get(k) for k in ("dev_ppl", "dev_bleu", "params_M")},
                 "paper_index": None if p is None else paper.index(p),
@@ -98,6 +103,7 @@ def judged(rows: dict, paper: list[dict]) -> list[dict]:
                 "cell_class": v.cell_class,
                 "base_class": v.base_class,
                 "left_out": [] if comp is None else comp.left_out,
+                "stopped_out": [] if comp is None else comp.stopped,
                 "stuck_seeds": sorted(c.row.get("stuck_seeds") or []),
                 "val_ppl": rounded(v.val_ppl[0]),
                 "base_val_ppl": rounded(v.val_ppl[1]),

@@ -5,13 +5,16 @@ from there, so two pages cannot say different things.
 The comparison (`compare`) never crosses a machine class (machine.run_class: the GPU model, else the CPU class
 results.json records): bf16 kernels differ between classes and no configuration has run on two of them often
 enough to know by how much. The cell is compared on the class its base also ran on that holds most of its runs;
-runs of other classes are named and left out. Where the base ran on none of the cell's classes, `compare` raises
-CrossClass (one line naming both classes) and nothing is computed; `judge` turns it into *not comparable: base
-on <class>*.
+runs of other classes are named and left out, as is a run its time cap stopped before its steps. Where the base
+ran on none of the cell's classes, `compare` raises CrossClass (one line naming both classes) and nothing is
+computed; `judge` turns it into *not comparable: base on <class>*.
 
 Over seeds, the unit of replication: Δ is the cell's mean test BLEU minus the base's, with its 95 % Welch
-interval and Welch's p (scipy.stats.ttest_ind, equal_var=False); Holm's step-down adjustment across the cells
-`judge` is given (a page's cells of one protocol). Fewer than 2 seeds on a side: interval "—", no p. sacreBLEU's
+interval and Welch's p (scipy.stats.ttest_ind, equal_var=False); Holm's step-down adjustment across the cells of
+one family: the cell's sweep (one experiment: its base, its class, its protocol), the family its own sweep page
+corrects over. A family that a collecting page drew (all of Table 3's cells, or the rows one card finished) would
+make a cell's p depend on which other experiments that page gathered, and two pages would print two p's and, near
+0.05, two verdicts for one cell. Fewer than 2 seeds on a side: interval "—", no p. sacreBLEU's
 paired bootstrap pools sentences of all seeds and ignores the seed-to-seed spread: no verdict rests on it.
 
 The verdict, exactly one of VERDICTS. Margins (BLEU):
@@ -38,6 +41,7 @@ from headsweep.machine import run_class
 from headsweep.reporting.markdown import fmt_p
 from headsweep.reporting.stats import holm
 from headsweep.reports.sweep.cells import ReportError
+from headsweep.store import stopped_short
 
 EFFECT = 0.5
 EQUIVALENT = 1.0
@@ -51,8 +55,9 @@ RULE = (
     f"The paper's Δ BLEU is a cost at ≤ −{EFFECT:g}, a gain at ≥ +{EFFECT:g}, otherwise no clear effect. Ours "
     f"*agrees* when its {LEVEL:.0%} Welch interval over seeds lies on the paper's side of 0 (no clear effect: "
     f"inside ±{EQUIVALENT:g}), *disagrees* when it lies on the other side (no clear effect: wholly outside "
-    f"±{EQUIVALENT:g}); a claim of a direction also needs Holm p < {ALPHA:g} across the page's cells of its "
-    f"protocol. *Inconclusive* otherwise, and with fewer than 2 seeds on a side (no interval). *Not comparable*: "
+    f"±{EQUIVALENT:g}); a claim of a direction also needs Holm p < {ALPHA:g} across the cells of its sweep (one "
+    f"experiment, one base: the family its sweep page uses). *Inconclusive* otherwise, and with fewer than 2 "
+    f"seeds on a side (no interval). *Not comparable*: "
     f"the base ran on another machine class, the paper has no such cell, or under-trained (more than half of the "
     f"seeds stuck on an early plateau, or a val PPL over {PPL_RATIO:g}× the base's)."
 )
@@ -81,6 +86,7 @@ class Comparison:
     cell_runs: list
     base_runs: list
     left_out: list[str] = field(default_factory=list)  # "seed 3 (NVIDIA H100 80GB HBM3)": another class
+    stopped: list[str] = field(default_factory=list)  # "seed 2 (stopped at step 1046 of 1150 by ...)": left out
     n: int = 0
     n_base: int = 0
     mean: float | None = None
@@ -105,7 +111,8 @@ def welch(cell: list[float], base: list[float]) -> tuple[tuple[float, float] | N
 
 def compare(cell_runs: list, base_runs: list, metric: str = "test/bleu") -> Comparison:
     """The cell's runs against the base's on one machine class (the module's rule): Δ, interval, p. CrossClass
-    where the base ran on none of the cell's classes."""
+    where the base ran on none of the cell's classes. A run its time cap stopped short of its steps
+    (store.stopped_short) is no run of the budget: left out, named, on either side."""
     mine = [class_of(r) for r in cell_runs]
     theirs = [class_of(r) for r in base_runs]
     shared = [k for k in dict.fromkeys(mine) if k in theirs]
@@ -113,13 +120,15 @@ def compare(cell_runs: list, base_runs: list, metric: str = "test/bleu") -> Comp
         most = lambda classes: max(sorted(set(classes)), key=classes.count)  # noqa: E731
         raise CrossClass(most(mine) if mine else "nothing", most(theirs) if theirs else "nothing")
     cls = max(shared, key=lambda k: (mine.count(k), theirs.count(k)))
-    a_runs = [r for r, k in zip(cell_runs, mine) if k == cls]
-    b_runs = [r for r, k in zip(base_runs, theirs) if k == cls]
     left = [f"seed {r.seed} ({k})" for r, k in zip(cell_runs, mine) if k != cls]
     left += [f"base seed {r.seed} ({k})" for r, k in zip(base_runs, theirs) if k != cls]
+    stopped = [f"seed {r.seed} ({why})" for r in cell_runs if (why := stopped_short(r.results))]
+    stopped += [f"base seed {r.seed} ({why})" for r in base_runs if (why := stopped_short(r.results))]
+    a_runs = [r for r, k in zip(cell_runs, mine) if k == cls and not stopped_short(r.results)]
+    b_runs = [r for r, k in zip(base_runs, theirs) if k == cls and not stopped_short(r.results)]
     a = [r.results["metrics"][metric] for r in a_runs if metric in r.results["metrics"]]
     b = [r.results["metrics"][metric] for r in b_runs if metric in r.results["metrics"]]
-    out = Comparison(cls, a_runs, b_runs, left, n=len(a), n_base=len(b))
+    out = Comparison(cls, a_runs, b_runs, left, stopped, n=len(a), n_base=len(b))
     if a and b:
         out.mean, out.base_mean = statistics.fmean(a), statistics.fmean(b)
         out.delta = out.mean - out.base_mean
@@ -146,6 +155,7 @@ class Entry:
     base_runs: list
     stuck: set = field(default_factory=set)
     stuck_rule: str = "report_stuck's rule"
+    family: str | None = None  # Holm's family: the cell's sweep (None: one family with every other None)
 
 
 @dataclass
@@ -167,14 +177,19 @@ def mean_of(runs: list, metric: str) -> float | None:
 
 def judge(entries: list[Entry]) -> list[Verdict]:
     """Every cell of a page (of one protocol), each to exactly one verdict: compared within one machine class,
-    Holm across the cells that have a p, then the module's rule."""
+    Holm across the cells of its family that have a p, then the module's rule."""
     comps: list[Comparison | CrossClass] = []
     for e in entries:
         try:
             comps.append(compare(e.cell_runs, e.base_runs))
         except CrossClass as err:
             comps.append(err)
-    adjusted = holm([c.p if isinstance(c, Comparison) else None for c in comps])
+    p = [c.p if isinstance(c, Comparison) else None for c in comps]
+    adjusted: list[float | None] = [None] * len(entries)
+    for family in dict.fromkeys(e.family for e in entries):
+        at = [i for i, e in enumerate(entries) if e.family == family]
+        for i, q in zip(at, holm([p[i] for i in at])):
+            adjusted[i] = q
     out = []
     for e, comp, p_holm in zip(entries, comps, adjusted):
         if isinstance(comp, CrossClass):

@@ -137,8 +137,11 @@ def notes(sweep_dir: Path, runs: list, cells: list[Cell], info: dict, left_out: 
             same.append(("precision " if key == "precision" else "") + cells[0].row[key])
     if same:
         lines.append("Every cell: " + ", ".join(same) + ".")
-    if any(c.row["steps"] < c.row["max_steps"] for c in cells):
-        lines.append("\\* stopped before trainer.max_steps (trainer.max_time): those cells trained fewer steps.")
+    if any(c.row["stopped_short"] for c in cells):
+        lines.append(
+            "\\* a seed stopped before trainer.max_steps (trainer.max_time): left out of the cell's comparison, "
+            "named in its details."
+        )
     if not shows_paper(cells):
         other = ", ".join(map(reader_name, info["other_keys"])) or "the settings varied here"
         in_details = "; the base's row is in its details" if any(c.row.get("paper") for c in cells) else ""

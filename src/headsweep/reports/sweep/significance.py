@@ -95,6 +95,7 @@ def seed_comparison(ref: Cell, cell: Cell, metric: str = "test/bleu") -> dict:
         "n_compared": comp.n,
         "machine_class": comp.machine_class,
         "class_left_out": comp.left_out,
+        "stopped_out": comp.stopped,
         "cross_class": None,
     }
 
@@ -141,6 +142,7 @@ def verdict_line(name: str, against: str, row: dict) -> str:
     d = row["delta"]
     others = row.get("class_left_out")
     left = f" Left out (another machine class): {', '.join(others)}." if others else ""
+    left += f" Left out (stopped short): {', '.join(row['stopped_out'])}." if row.get("stopped_out") else ""
     if row["verdict"] in (BETTER, WORSE):
         return f"{name}: {row['verdict']} than {against} by {abs(d):.2f} BLEU ({seed_words(row)}).{left}"
     if row["interval"] is None:

@@ -19,7 +19,7 @@ from headsweep.reports.sweep.per_length import LENGTH, length_of, same_length
 from headsweep.reports.sweep.significance import holm_verdicts, paired_bootstrap, seed_comparison, verdict_line
 from headsweep.reports.sweep.table import display
 from headsweep.sizes import attention_flops, flops_context
-from headsweep.store import RUNS
+from headsweep.store import RUNS, stopped_short
 from headsweep.sweeps.paper import table3
 
 SIZES = ("N", "d_model", "d_ff", "d_k", "d_v")  # compared with the paper relative to the base cell
@@ -86,6 +86,7 @@ def cell_numbers(c: Cell) -> dict:
         "seeds": [r.seed for r in c.runs],
         "steps": statistics.fmean(r.results["metrics"].get("train/steps", 0) for r in c.runs),
         "max_steps": first.results["config"]["trainer"]["max_steps"],
+        "stopped_short": [f"seed {r.seed}: {why}" for r in c.runs if (why := stopped_short(r.results))],
         "precision": " / ".join(sorted({str(r.results["config"]["trainer"].get("precision")) for r in c.runs})),
         "compile": " / ".join(sorted({compile_setting(r.results["config"]) for r in c.runs})),
         "test_bleu_seeds": c.values("test/bleu"),

@@ -70,7 +70,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
     any cell but the base has one."""
     extra = [k for k in keys if k not in SIZE_KEYS]
     params, flops = varies(cells, "params_M"), varies(cells, "attn_mflops")
-    steps = any(c.row["steps"] != cells[0].row["steps"] or c.row["steps"] < c.row["max_steps"] for c in cells)
+    steps = any(c.row["steps"] != cells[0].row["steps"] or c.row["stopped_short"] for c in cells)
     paper = shows_paper(cells)
     measured = list(dict.fromkeys(k for c in cells for k in c.row.get("measured", {})))  # e.g. decoding speed
     scaled = any(c.row.get("against") for c in cells)  # some cells are compared with the base at their size
@@ -93,7 +93,7 @@ def table(cells: list[Cell], keys: list[str]) -> tuple[list[str], list[list[str]
         row = [display(c), fmt(r["h"]), fmt(r["d_k"]), fmt(r["d_v"]), *[fmt(first.flat[k]) for k in extra]]
         row += [fmt(r["params_M"], 2)] * params + [fmt(r["attn_mflops"], 3)] * flops
         row += [r.get("measured", {}).get(k, "—") for k in measured]
-        row += [f"{r['steps']:.0f}" + ("*" if r["steps"] < r["max_steps"] else "")] * steps
+        row += [f"{r['steps']:.0f}" + "*" * bool(r["stopped_short"])] * steps
         row += [fmt(r["test_bleu"], 2, r["test_bleu_sd"])]
         row += [f"{len(r['stuck_seeds'])} of {r['checked']}" if r.get("stuck_seeds") else "—"] * stuck
         row += [r.get("against") or ("—" if c.base or r.get("own_base") else "base")] * scaled
@@ -124,7 +124,8 @@ def cell_details(c: Cell, n_samples: int) -> list[str]:
         f"- runs: {', '.join(run.dir.name for run in c.runs)} (seeds {', '.join(map(str, r['seeds']))})",
         f"- test BLEU per seed: {', '.join(f'{v:.2f}' for v in r['test_bleu_seeds'])}; test PPL "
         f"{fmt(r['test_ppl'], 2, r['test_ppl_sd'])}; val PPL {fmt(r['val_ppl'], 2, r['val_ppl_sd'])}",
-        f"- steps: {r['steps']:.0f} of trainer.max_steps {r['max_steps']}",
+        f"- steps: {r['steps']:.0f} of trainer.max_steps {r['max_steps']}"
+        + "".join(f"; {s}, left out of the comparison" for s in r["stopped_short"]),
         f"- precision {r['precision']}; {r['compile']}",
         f"- parameters: {r['params_M']:.3f} M (attention {parts.get('attention', 0) / 1e6:.3f} M, feed-forward "
         f"{parts.get('ffn', 0) / 1e6:.3f} M, embeddings {parts.get('embeddings', 0) / 1e6:.3f} M); attention "
