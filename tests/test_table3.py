@@ -535,6 +535,15 @@ def fake_card_row_a(root: Path, data: Path, seeds: dict) -> None:
             fake_run(root, data, "table3_a_fan_in_h200", label, over, seed, bleu + noise, base=h == 8, machine=h200)
 
 
+def test_a_cards_page_keeps_its_question_block_when_written_alone(fake_root, tmp_path):
+    """`make table3-report SUFFIX=_h200` rewrites the card's page; the index puts its question block back (it is a
+    question's evidence, sweeps/_questions.yaml), so the order of the two table3-report commands does not matter."""
+    out = tmp_path / "r"
+    assert T.main(["--root", str(fake_root), "--out", str(out), "--suffix", "_h200"]) == 0
+    md = (out / "table3_h200.md").read_text()
+    assert "<!-- about:begin -->" in md and "(index.md#q-table3_start)" in md
+
+
 def test_a_missing_paper_csv_is_one_line(fake_root, tmp_path, capsys):
     assert T.main(["--root", str(fake_root), "--out", str(tmp_path / "r"), "--paper", str(tmp_path / "no.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -84,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
 
         questions = Q.load(root=args.root)  # checked before any page is written
         paths = write(args.root, args.out, args.paper, args.suffix)
-        if not args.suffix:  # the answers render the CPU rows' record; a card's page stands alone
-            paths += write_index(args.out, args.root, questions)
-            if args.readme is not None and Q.write_readme(args.readme, questions):
-                paths.append(args.readme)
+        # the index puts each page's question block back, this page's too (a card's page is evidence as well)
+        paths += write_index(args.out, args.root, questions)
+        # the answers render the CPU rows' record (table3.json); a card's record changes none of them
+        if not args.suffix and args.readme is not None and Q.write_readme(args.readme, questions):
+            paths.append(args.readme)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
