@@ -122,10 +122,11 @@ def compare(cell_runs: list, base_runs: list, metric: str = "test/bleu") -> Comp
     cls = max(shared, key=lambda k: (mine.count(k), theirs.count(k)))
     left = [f"seed {r.seed} ({k})" for r, k in zip(cell_runs, mine) if k != cls]
     left += [f"base seed {r.seed} ({k})" for r, k in zip(base_runs, theirs) if k != cls]
-    stopped = [f"seed {r.seed} ({why})" for r in cell_runs if (why := stopped_short(r.results))]
-    stopped += [f"base seed {r.seed} ({why})" for r in base_runs if (why := stopped_short(r.results))]
-    a_runs = [r for r, k in zip(cell_runs, mine) if k == cls and not stopped_short(r.results)]
-    b_runs = [r for r, k in zip(base_runs, theirs) if k == cls and not stopped_short(r.results)]
+    short = {id(r): why for r in [*cell_runs, *base_runs] if (why := stopped_short(r.results))}
+    stopped = [f"seed {r.seed} ({short[id(r)]})" for r in cell_runs if id(r) in short]
+    stopped += [f"base seed {r.seed} ({short[id(r)]})" for r in base_runs if id(r) in short]
+    a_runs = [r for r, k in zip(cell_runs, mine) if k == cls and id(r) not in short]
+    b_runs = [r for r, k in zip(base_runs, theirs) if k == cls and id(r) not in short]
     a = [r.results["metrics"][metric] for r in a_runs if metric in r.results["metrics"]]
     b = [r.results["metrics"][metric] for r in b_runs if metric in r.results["metrics"]]
     out = Comparison(cls, a_runs, b_runs, left, stopped, n=len(a), n_base=len(b))
