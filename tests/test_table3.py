@@ -814,6 +814,14 @@ def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake
     assert at["delta"] == pytest.approx(-2.0) and at["interval"][1] < 0
     assert new[("B", "d_k 16")]["at_4x"] == {"state": "not run yet"}
     assert new[("C", "N 4")]["at_4x"] == {"state": "not run yet"}
+    # one reading: the budgets page's gap, Holm p and word for d_k 8 at 4x are the ones the verdict rests on
+    from headsweep.reports.pages import budgets_runs as BR
+
+    ((_, branches),) = BR.by_class(BR.load(fake_root, [sweep]).branches)
+    table, budgets = BR.cells(branches)
+    g = BR.gaps(table, budgets)[next(c.cell_id for c in table if c.label == "h8-dk8-dv32")][4]["test/bleu"]
+    assert at["delta"] == pytest.approx(g["diff"], abs=1e-4) and at["p_holm"] == pytest.approx(g["p_holm"], rel=1e-3)
+    assert at["interval"] == pytest.approx([g["lo"], g["hi"]], abs=1e-4) and at["budgets_word"] == "worse"
     md = TP.markdown(rec, None)
     line = next(x for x in md.splitlines() if x.startswith("| B | d_k 8 |"))
     assert line.endswith("| -2.00 " + V.interval_text(at["interval"]) + ", n 3/3, not recorded | **agrees** |"), line

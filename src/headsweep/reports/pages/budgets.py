@@ -12,8 +12,10 @@ the cells' order between budgets; the base's 1x branch against its linear-decay 
 planned trunk and branch has finished the page says "partial" and lists what is missing.
 
 Without --sweeps, every folder of --root with make budgets' note (.budgets.json) or named *_budgets. A run two sweeps
-show (the base trunk every row shares) is counted once, and cells are matched across sweeps by their settings.
-Writes reports/budgets.md, .html, budgets-gaps.png and budgets-curves.png; reads only results/.
+show (the base trunk every row shares) is counted once, and cells are matched across sweeps by their settings. Each
+machine class is a section of its own with its own base: no gap crosses classes (bf16 kernels differ between them).
+Writes reports/budgets.md, .html and per class budgets-gaps-<class>.png, budgets-curves-<class>.png; reads only
+results/.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import sys
 from pathlib import Path
 
 from headsweep.data.files import atomic_write  # a page killed mid-write leaves the previous one whole
+from headsweep.machine import class_slug
 from headsweep.reporting.html import page
 from headsweep.reporting.markdown import figure, fmt_p, table, with_back_link, with_footer
 from headsweep.reporting.plots import pyplot, save_figure
@@ -38,12 +41,15 @@ HEAD = "Verdicts across budgets: each cell against the base at several multiples
 METHOD = (
     "Gap: the cell's mean over seeds minus the base's at the same budget (test BLEU, beam 4; final val loss). 95% "
     "interval: Welch's t over seeds where both have 2+ seeds; where the cell has one seed, its spread is taken to be "
-    "the base's (t with n_base - 1 degrees of freedom, standard error sd_base · sqrt(1 + 1/n_base)). Verdict on test "
-    "BLEU: better or worse where the interval excludes zero, level where it holds it, untested without an interval; "
-    "from the first budget on: holds (the same word), flips (better to worse or back), appears (level first), fades "
-    "(level now). Noise band: the base's seed sd at that budget. Kendall's tau (scipy.stats.kendalltau, tau-b) of the "
-    "cells' order by mean test BLEU, base included, over the cells measured at both budgets. No correction for "
-    "several comparisons: read a verdict beside the noise band and the cells' count."
+    "the base's (t with n_base - 1 degrees of freedom, standard error sd_base · sqrt(1 + 1/n_base)). Only runs of one "
+    "machine class are compared: each class has its own base and section. Verdict on test BLEU: better or worse "
+    "where the p of that interval's test, Holm-adjusted across the cells of its sweep at that budget (the family "
+    "Table 3's verdicts use), is below 0.05, inconclusive where it is not, untested without a p (the sweep pages' "
+    "words and rule); Table 3's verdict at 4x reads these same numbers. From the first budget on: holds (the same "
+    "word), flips (better to worse or back), appears (inconclusive first), fades (inconclusive now). Noise band: the "
+    "base's seed sd at that budget. Kendall's tau (scipy.stats.kendalltau, tau-b) of the cells' order by mean test "
+    "BLEU, base included, over the cells measured at both budgets. A branch its time cap stopped short of its steps "
+    "is left out and listed as missing."
 )
 
 
@@ -99,8 +105,10 @@ def gap_table(table_cells: list[R.Cell], budgets: list[float], gaps: dict, band:
         cells = []
         for k in budgets:
             g = per.get(k)
-            moved = g and k != budgets[0] and g["change"] != "level"  # level, then level: nothing moved
-            word = f" {g['word']}" + (f", {g['change']}" if moved else "") if g and metric == "test/bleu" else ""
+            moved = g and k != budgets[0] and g["change"] != R.INCONCLUSIVE  # inconclusive twice: nothing moved
+            holm_p = f", Holm p {fmt_p(g[metric]['p_holm'])}" if g and g[metric].get("p_holm") is not None else ""
+            word = f" {g['word']}" + (f", {g['change']}" if moved else "") + holm_p if g else ""
+            word = word if metric == "test/bleu" else ""
             cells.append(f"{fmt_gap(g and g[metric], digits)}{word} (n {len(c.runs.get(k, []))})" if g else "—")
         rows.append([c.label, *cells])
     if metric == "test/bleu":
@@ -127,7 +135,7 @@ def said(table_cells: list[R.Cell], budgets: list[float], gaps: dict) -> list[st
             continue
         parts = [f"{k_text(k)} {per[k]['word']} ({per[k]['test/bleu']['diff']:+.2f})" for k in budgets if k in per]
         last = per[max(per)]
-        how = "stays level" if last["change"] == "level" else last["change"]
+        how = "stays inconclusive" if last["change"] == R.INCONCLUSIVE else last["change"]
         moved = f"; from {k_text(budgets[0])} to {k_text(max(per))} the verdict {how}" if len(per) > 1 else ""
         out.append(f"- {c.label}: {', '.join(parts)}{moved}.")
     return out or ["- No cell has both its own branches and the base's at one budget yet."]
@@ -183,7 +191,9 @@ def linear_verdict(cmp: dict) -> str:
     )
 
 
-def gaps_png(table_cells: list[R.Cell], budgets: list[float], gaps: dict, band: dict, out: Path) -> tuple[Path, str]:
+def gaps_png(
+    table_cells: list[R.Cell], budgets: list[float], gaps: dict, band: dict, out: Path, slug: str
+) -> tuple[Path, str]:
     """Test-BLEU gap to the base against the budget, one line per cell with its intervals, the noise band in grey."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -208,7 +218,7 @@ def gaps_png(table_cells: list[R.Cell], budgets: list[float], gaps: dict, band: 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    path = out / "budgets-gaps.png"
+    path = out / f"budgets-gaps-{slug}.png"
     save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path, (
@@ -217,7 +227,7 @@ def gaps_png(table_cells: list[R.Cell], budgets: list[float], gaps: dict, band: 
     )
 
 
-def curves_png(table_cells: list[R.Cell], budgets: list[float], out: Path) -> tuple[Path, str] | None:
+def curves_png(table_cells: list[R.Cell], budgets: list[float], out: Path, slug: str) -> tuple[Path, str] | None:
     """Val loss against step, one panel per cell, one line per budget (mean over seeds), the base's in grey."""
     if not table_cells:
         return None
@@ -243,7 +253,7 @@ def curves_png(table_cells: list[R.Cell], budgets: list[float], out: Path) -> tu
     axes[-1][0].set_xlabel("training step")
     axes[0][0].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    path = out / "budgets-curves.png"
+    path = out / f"budgets-curves-{slug}.png"
     save_figure(fig, path, dpi=100)
     plt.close(fig)
     return path, (
@@ -252,22 +262,45 @@ def curves_png(table_cells: list[R.Cell], budgets: list[float], out: Path) -> tu
     )
 
 
-def summarize(root: Path, data: R.Budgets) -> dict:
-    """Everything the page shows, computed once: the cells, budgets, gaps, noise band, taus, 1x against linear."""
-    table_cells, budgets = R.cells(data.branches)
-    base = table_cells[0] if table_cells and table_cells[0].base else None
-    return {
-        "cells": table_cells,
-        "budgets": budgets,
-        "gaps": R.gaps(table_cells, budgets),
-        "band": R.noise_band(base, budgets),
-        "taus": R.taus(table_cells, budgets) if budgets else [],
-        "linear": R.one_x_against_linear(root, table_cells, budgets),
-    }
+def summarize(root: Path, data: R.Budgets) -> list[dict]:
+    """Everything the page shows, computed once per machine class (the class with the most branches first): the
+    cells, budgets, gaps, noise band, taus, the base's 1x branch against its linear run."""
+    out = []
+    for machine_class, branches in R.by_class(data.branches):
+        table_cells, budgets = R.cells(branches)
+        base = table_cells[0] if table_cells and table_cells[0].base else None
+        out.append(
+            {
+                "machine_class": machine_class,
+                "sweeps": sorted({b.sweep for b in branches}),
+                "cells": table_cells,
+                "budgets": budgets,
+                "gaps": R.gaps(table_cells, budgets),
+                "band": R.noise_band(base, budgets),
+                "taus": R.taus(table_cells, budgets) if budgets else [],
+                "linear": R.one_x_against_linear(root, table_cells, budgets),
+            }
+        )
+    return out
 
 
-def markdown(data: R.Budgets, s: dict, figures: list[tuple[Path, str]]) -> str:
-    table_cells, budgets, gaps, band = s["cells"], s["budgets"], s["gaps"], s["band"]
+def class_lines(c: dict, figures: list[tuple[Path, str]], first: int) -> list[str]:
+    """One machine class's section: its cells against its own base."""
+    table_cells, budgets, gaps, band, on = c["cells"], c["budgets"], c["gaps"], c["band"], c["machine_class"]
+    md = [f"## On {on}", "", f"Sweeps: {', '.join(c['sweeps'])}. Every run below trained on this class.", ""]
+    md += ["### Test BLEU: each cell against the base", "", *gap_table(table_cells, budgets, gaps, band, "test/bleu")]
+    md += ["", "### Final val loss: each cell against the base", ""]
+    md += gap_table(table_cells, budgets, gaps, band, "val/loss")
+    md += ["", "### Does the cells' order hold with budget?", "", *tau_lines(c["taus"])]
+    md += ["", "### What the numbers say", "", *said(table_cells, budgets, gaps)]
+    md += ["", "### Is a 1x branch today's 1x run?", "", *linear_lines(c["linear"])]
+    if figures:
+        md += ["", "### Figures", ""]
+        md += [figure(p.name, f"Figure {i}. {caption}") + "\n" for i, (p, caption) in enumerate(figures, first)]
+    return md + [""]
+
+
+def markdown(data: R.Budgets, classes: list[dict], figures: dict[str, list[tuple[Path, str]]]) -> str:
     notes = [n for n in data.notes.values() if n]
     plan = (
         f"Trunks at the peak rate, cooled down over the last {notes[0]['cooldown']:.0%} of each budget "
@@ -284,28 +317,22 @@ def markdown(data: R.Budgets, s: dict, figures: list[tuple[Path, str]]) -> str:
             + ", ".join(f"{n} {shape} branches" for shape, n in data.other_shapes.items())
             + " are compared with them on the same trunks by `python -m headsweep.sweeps.cooldown --sweep <sweep>`.",
         ]
-    if not budgets:
+    if not classes:
         md += ["", "No branch has finished yet: nothing to compare."]
     else:
+        names = ", ".join(c["machine_class"] for c in classes)
         md += [
             "",
-            "## Test BLEU: each cell against the base",
+            f"Machine classes: {names}. A cell is read against the base trained on its own class only (bf16 kernels "
+            "differ between classes); a class without its own base has no gaps.",
             "",
-            *gap_table(table_cells, budgets, gaps, band, "test/bleu"),
         ]
-        md += [
-            "",
-            "## Final val loss: each cell against the base",
-            "",
-            *gap_table(table_cells, budgets, gaps, band, "val/loss"),
-        ]
-        md += ["", "## Does the cells' order hold with budget?", "", *tau_lines(s["taus"])]
-        md += ["", "## What the numbers say", "", *said(table_cells, budgets, gaps)]
-        md += ["", "## Is a 1x branch today's 1x run?", "", *linear_lines(s["linear"])]
-    if figures:
-        md += ["", "## Figures", ""]
-        md += [figure(p.name, f"Figure {i}. {caption}") + "\n" for i, (p, caption) in enumerate(figures, 1)]
-    md += ["", "## Method", "", METHOD, ""]
+        first = 1
+        for c in classes:
+            mine = figures.get(c["machine_class"], [])
+            md += class_lines(c, mine, first)
+            first += len(mine)
+    md += ["## Method", "", METHOD, ""]
     if data.missing:
         md += ["## Missing (the page is partial)", "", *[f"- {line}" for line in data.missing], ""]
     return "\n".join(md)
@@ -322,17 +349,19 @@ def write(root: Path, sweeps: list[str] | None, out: Path) -> list[Path]:
     if gone := [name for name in sweeps if not (root / name).is_dir()]:
         raise ReportError(f"--sweeps {gone[0]}: {root / gone[0]} does not exist; drop it or run its make budgets")
     data = R.load(root, sweeps)
-    s = summarize(root, data)
+    classes = summarize(root, data)
     out.mkdir(parents=True, exist_ok=True)
-    figures = []
-    if s["budgets"]:
-        figures.append(gaps_png(s["cells"], s["budgets"], s["gaps"], s["band"], out))
-        figures += [f for f in [curves_png(s["cells"], s["budgets"], out)] if f]
-    md = with_footer(with_back_link(markdown(data, s, figures)), __spec__.name)
+    figures: dict[str, list[tuple[Path, str]]] = {}
+    for c in classes:
+        slug = class_slug(c["machine_class"])
+        got = [gaps_png(c["cells"], c["budgets"], c["gaps"], c["band"], out, slug)]
+        got += [f for f in [curves_png(c["cells"], c["budgets"], out, slug)] if f]
+        figures[c["machine_class"]] = got
+    md = with_footer(with_back_link(markdown(data, classes, figures)), __spec__.name)
     md_path, html_path = out / "budgets.md", out / "budgets.html"
     atomic_write(md_path, md)
     atomic_write(html_path, page(HEAD, md))
-    return [md_path, html_path, *(p for p, _ in figures)]
+    return [md_path, html_path, *(p for got in figures.values() for p, _ in got)]
 
 
 def main(argv: list[str] | None = None) -> int:

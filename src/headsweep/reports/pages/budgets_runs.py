@@ -1,8 +1,10 @@
 """What the budgets page (reports.pages.budgets) reads and computes: the trunks and cooldown branches of `make budgets`
 sweeps (results/<sweep>_budgets/), grouped into cells across budgets and sweeps, each cell's gap to the base at each
-budget with its interval over seeds, the verdict words, Kendall's tau of the cells' order between budgets, the base's
-1x branch against its linear-decay 1x run, and what the plan has not delivered yet. Reads only the runs' results.json
-and metrics files, and the plan's note (.budgets.json: which trunks and branches are planned)."""
+budget with its interval over seeds (within one machine class: each class has its own base), the verdict words
+(computed here once: Table 3's "verdict at 4x" reads them too, reports.pages.table3_budget), Kendall's tau of the
+cells' order between budgets, the base's 1x branch against its linear-decay 1x run, and what the plan has not
+delivered yet. Reads only the runs' results.json and metrics files, and the plan's note (.budgets.json: which
+trunks and branches are planned)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ from pathlib import Path
 
 from scipy.stats import kendalltau
 
-from headsweep.reporting.stats import difference_interval, mean_sd
+from headsweep.machine import run_class
+from headsweep.reporting.stats import difference_interval, holm, mean_sd
+from headsweep.reports.pages.verdicts import ALPHA  # a gap's word: better or worse below it after Holm, as Table 3
 from headsweep.reports.sweep.cells import Run, as_run
+from headsweep.reports.sweep.significance import BETTER, INCONCLUSIVE, WORSE  # the sweep pages' words for one rule
 from headsweep.store import (
     RUNS,
     CorruptRecord,
@@ -24,6 +29,7 @@ from headsweep.store import (
     read_record,
     settings_diff,
     settings_key,
+    stopped_short,
     stored_runs,
 )
 from headsweep.sweeps.budget_plan import BRANCH, DEFAULT_SHAPE, TRUNK
@@ -45,6 +51,7 @@ class Branch:
     shape: str
     base: bool
     cell_id: str  # the cell's identity across budgets and sweeps (its settings less PER_BUDGET)
+    machine_class: str = "not recorded"  # machine.run_class: a gap never crosses it
 
 
 @dataclass
@@ -91,7 +98,8 @@ def branch_of(view: Path, sweep: str, results: dict) -> Branch:
     shape = results["config"]["module"].get("cooldown", "linear")
     suffix = f"-{b['budget']:g}x-{shape}-s{run.seed}"
     cell = view.name[: -len(suffix)] if view.name.endswith(suffix) else view.name
-    return Branch(run, sweep, cell, b["budget"], shape, bool(b.get("base")), cell_id(run))
+    klass = run_class(results.get("machine"))
+    return Branch(run, sweep, cell, b["budget"], shape, bool(b.get("base")), cell_id(run), klass)
 
 
 def load(root: Path, sweeps: list[str]) -> Budgets:
@@ -128,6 +136,9 @@ def load(root: Path, sweeps: list[str]) -> Budgets:
             if b["role"] == TRUNK:
                 trunks_done += 1
                 continue
+            if why := stopped_short(results):  # not a run of its budget (its cooldown never ended): as verdicts
+                missing.append(f"{sweep}/{name}: {why}; rerun make budgets to resume it")
+                continue
             branch = branch_of(root / sweep / name, sweep, results)
             shapes[branch.shape] = shapes.get(branch.shape, 0) + 1
             branches.append(branch)
@@ -156,9 +167,26 @@ class Cell:
             b.run.results["metrics"][metric] for b in self.runs.get(budget, []) if metric in b.run.results["metrics"]
         ]
 
+    @property
+    def sweep(self) -> str:
+        """The budgets sweep that trained the cell (the first one, for a base several sweeps share): Holm's family."""
+        return min(b.sweep for bs in self.runs.values() for b in bs)
+
+
+def by_class(branches: list[Branch]) -> list[tuple[str, list[Branch]]]:
+    """The branches of each machine class, the class with the most first: a cell is read against the base of its
+    own class only (bf16 kernels differ between classes), so each class is a page section of its own."""
+    out: dict[str, list[Branch]] = {}
+    for b in branches:
+        out.setdefault(b.machine_class, []).append(b)
+    return sorted(out.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
 
 def cells(branches: list[Branch]) -> tuple[list[Cell], list[float]]:
-    """The cells (the base first: the base cell with the most runs where sweeps disagree), and the budgets seen."""
+    """The cells of one machine class's branches (the base first: the base cell with the most runs where sweeps
+    disagree), and the budgets seen."""
+    if len({b.machine_class for b in branches}) > 1:
+        raise ValueError("cells() reads one machine class: split the branches with by_class first")
     by: dict[str, Cell] = {}
     for b in branches:
         c = by.setdefault(b.cell_id, Cell(b.cell_id, b.cell, False, {}))
@@ -171,41 +199,52 @@ def cells(branches: list[Branch]) -> tuple[list[Cell], list[float]]:
 
 
 def word(d: dict) -> str:
-    """better | worse | level from a test-BLEU gap's interval; "untested" without one."""
-    if d["lo"] is None:
+    """better | worse | inconclusive from a test-BLEU gap and its Holm-adjusted p (the sweep pages' rule and
+    words: below ALPHA after Holm across the cells of its sweep at that budget); "untested" without a p."""
+    if d.get("p_holm") is None:
         return "untested"
-    return "better" if d["lo"] > 0 else "worse" if d["hi"] < 0 else "level"
+    if d["p_holm"] >= ALPHA:
+        return INCONCLUSIVE
+    return BETTER if d["diff"] > 0 else WORSE
 
 
 def change(first: str, now: str) -> str:
-    """How a verdict moved from the first budget to this one: holds, flips, appears, fades, level, or untested."""
+    """How a verdict moved from the first budget to this one: holds, flips, appears, fades, inconclusive (both), or
+    untested."""
     if "untested" in (first, now):
         return "untested"
     if first == now:
-        return "level" if now == "level" else "holds"
-    if first == "level":
+        return INCONCLUSIVE if now == INCONCLUSIVE else "holds"
+    if first == INCONCLUSIVE:
         return "appears"
-    return "fades" if now == "level" else "flips"
+    return "fades" if now == INCONCLUSIVE else "flips"
 
 
 def gaps(table: list[Cell], budgets: list[float]) -> dict[str, dict[float, dict]]:
-    """cell_id -> budget -> {metric: difference_interval, "word", "change"} against the base at that budget."""
+    """cell_id -> budget -> {metric: difference_interval, "word", "change"} against the base at that budget. The
+    test-BLEU gap also carries "p_holm": Holm across the cells of its sweep at that budget (the family Table 3's
+    verdicts use), so a sweep of many cells is no licence for a lucky one."""
     base = table[0] if table and table[0].base else None
-    out = {}
+    out: dict[str, dict[float, dict]] = {}
     for c in table:
         if base is None or c is base:
             continue
         per = {}
         for k in budgets:
-            b, x = base.values(k, "test/bleu"), c.values(k, "test/bleu")
-            if not b or not x:
-                continue
-            per[k] = {m: difference_interval(base.values(k, m), c.values(k, m)) for m in METRICS}
-            per[k]["word"] = word(per[k]["test/bleu"])
+            if base.values(k, "test/bleu") and c.values(k, "test/bleu"):
+                per[k] = {m: difference_interval(base.values(k, m), c.values(k, m)) for m in METRICS}
+        out[c.cell_id] = per
+    for k in budgets:
+        for family in dict.fromkeys(c.sweep for c in table if k in out.get(c.cell_id, {})):
+            at = [out[c.cell_id][k]["test/bleu"] for c in table if k in out.get(c.cell_id, {}) and c.sweep == family]
+            for g, q in zip(at, holm([g["p"] for g in at])):
+                g["p_holm"] = q
+    for per in out.values():
+        for g in per.values():
+            g["word"] = word(g["test/bleu"])
         first = per.get(budgets[0], {}).get("word", "untested")
         for g in per.values():
             g["change"] = change(first, g["word"])
-        out[c.cell_id] = per
     return out
 
 
@@ -235,11 +274,13 @@ def taus(table: list[Cell], budgets: list[float], metric: str = "test/bleu") -> 
 
 def linear_runs(root: Path, branch: Branch) -> list[dict]:
     """The store's finished runs that are the base's 1x branch as a linear-decay run: every experiment setting
-    equal but the schedule (SCHEDULE_KEYS) and the seed; one machine class (precision and device are settings)."""
+    equal but the schedule (SCHEDULE_KEYS) and the seed, trained on the branch's machine class."""
     out = []
     for _, record in stored_runs(root):
         config = record.config or {}
         if not record.complete or config.get("budgets") or (config.get("module") or {}).get("schedule") != "linear":
+            continue
+        if run_class(record.raw.get("machine")) != branch.machine_class or stopped_short(record.as_dict()):
             continue
         diff = settings_diff(config, branch.run.flat, branch.run.seed)[0]
         if all(k in ("seed", *SCHEDULE_KEYS) for k in diff):
