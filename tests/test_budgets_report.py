@@ -42,7 +42,7 @@ def config(overrides: tuple) -> dict:
     return copy.deepcopy(_CONFIGS[overrides])
 
 
-def branch(root, sweep, cell, overrides, k, seed, bleu, base=False, shape="sqrt", machine=None, steps=None):
+def branch(root, sweep, cell, overrides, k, seed, bleu, base=False, shape="sqrt", machine=None, steps=None, ppl=None):
     """A finished cooldown branch as make budgets exports it: results/<sweep>/<cell>-<k>x-<shape>-s<seed>."""
     cfg = config(tuple(overrides))
     cfg["seed"] = seed
@@ -53,6 +53,8 @@ def branch(root, sweep, cell, overrides, k, seed, bleu, base=False, shape="sqrt"
     results = {"status": "complete", "config": cfg, "metrics": {"test/bleu": bleu, "val/loss": loss(bleu)}}
     if machine is not None:
         results["machine"] = machine
+    if ppl is not None:
+        results["metrics"]["val/ppl"] = ppl
     if steps is not None:  # the steps it trained (a time cap may stop it short of max_steps)
         results["metrics"]["train/steps"] = steps
     stored = stored_run(root / sweep / f"{cell}-{k}x-{shape}-s{seed}", results)
@@ -286,6 +288,22 @@ def test_each_machine_class_is_read_against_its_own_base_only(tmp_path):
     assert "## On AVX2, no bf16 units" in md and "## On AVX512 + AMX (bf16 units)" in md
     assert (tmp_path / "reports" / "budgets-gaps-avx2-no-bf16.png").is_file()
     assert (tmp_path / "reports" / "budgets-gaps-avx512-amx.png").is_file()
+
+
+def test_an_under_trained_cell_is_not_comparable_as_on_table3(tmp_path):
+    """Table 3's PPL rule (verdicts.under_trained: val PPL over 1.5x the base's) on the budgets page's word: a
+    clear loss (Holm p < 0.05) at 1.71x the base's PPL reads not comparable, at 1.2x it stays worse."""
+    root = tmp_path / "results"
+    for seed, (b, c, d) in enumerate(zip([35.0, 35.4, 35.2], [25.0, 25.3, 25.1], [33.0, 33.3, 33.1]), 1):
+        branch(root, "table3_c_budgets", BASE, [], 1, seed, b, True, ppl=7.0)
+        branch(root, "table3_c_budgets", "h8-dk32-dv32-N4", ["model.n_layers=4"], 1, seed, c, ppl=12.0)
+        branch(root, "table3_c_budgets", "h8-dk32-dv32-N2", ["model.n_layers=2"], 1, seed, d, ppl=8.4)
+    (s,) = page.summarize(root, R.load(root, R.discover(root)))
+    by = {c.label: s["gaps"][c.cell_id][1] for c in s["cells"][1:]}
+    n4, n2 = by["h8-dk32-dv32-N4"], by["h8-dk32-dv32-N2"]
+    assert n4["test/bleu"]["p_holm"] < 0.05 and n2["test/bleu"]["p_holm"] < 0.05
+    assert n4["word"] == "not comparable" and n4["under_trained"].startswith("under-trained: val PPL 12.00 is 1.71×")
+    assert n2["word"] == "worse" and "under_trained" not in n2
 
 
 def test_a_branch_its_time_cap_stopped_short_is_left_out_and_listed(tmp_path):

@@ -18,7 +18,7 @@ from scipy.stats import kendalltau
 
 from headsweep.machine import run_class
 from headsweep.reporting.stats import difference_interval, holm, mean_sd
-from headsweep.reports.pages.verdicts import ALPHA  # a gap's word: better or worse below it after Holm, as Table 3
+from headsweep.reports.pages.verdicts import ALPHA, NOT_COMPARABLE, mean_of, under_trained  # Table 3's rules
 from headsweep.reports.sweep.cells import Run, as_run
 from headsweep.reports.sweep.significance import BETTER, INCONCLUSIVE, WORSE  # the sweep pages' words for one rule
 from headsweep.store import (
@@ -209,10 +209,12 @@ def word(d: dict) -> str:
 
 
 def change(first: str, now: str) -> str:
-    """How a verdict moved from the first budget to this one: holds, flips, appears, fades, inconclusive (both), or
-    untested."""
+    """How a verdict moved from the first budget to this one: holds, flips, appears, fades, inconclusive (both),
+    untested or not comparable (either)."""
     if "untested" in (first, now):
         return "untested"
+    if NOT_COMPARABLE in (first, now):
+        return NOT_COMPARABLE
     if first == now:
         return INCONCLUSIVE if now == INCONCLUSIVE else "holds"
     if first == INCONCLUSIVE:
@@ -239,9 +241,14 @@ def gaps(table: list[Cell], budgets: list[float]) -> dict[str, dict[float, dict]
             at = [out[c.cell_id][k]["test/bleu"] for c in table if k in out.get(c.cell_id, {}) and c.sweep == family]
             for g, q in zip(at, holm([g["p"] for g in at])):
                 g["p_holm"] = q
-    for per in out.values():
-        for g in per.values():
+    for c in table:
+        for k, g in out.get(c.cell_id, {}).items():
             g["word"] = word(g["test/bleu"])
+            # Table 3's under-training rule on PPL (its stuck rule is calibrated on 1,150-step runs: not here)
+            ppl = (mean_of([b.run for b in c.runs[k]], "val/ppl"), mean_of([b.run for b in base.runs[k]], "val/ppl"))
+            if why := under_trained(0, len(c.runs[k]), ppl):
+                g["word"], g["under_trained"] = NOT_COMPARABLE, why
+    for per in out.values():
         first = per.get(budgets[0], {}).get("word", "untested")
         for g in per.values():
             g["change"] = change(first, g["word"])

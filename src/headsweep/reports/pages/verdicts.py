@@ -205,6 +205,24 @@ def judge(entries: list[Entry]) -> list[Verdict]:
     return out
 
 
+def under_trained(
+    stuck: int,
+    n: int,
+    val_ppl: tuple[float | None, float | None] = (None, None),
+    stuck_rule: str = "report_stuck's rule",
+) -> str | None:
+    """Why a compared cell is under-trained, so not comparable whatever its Δ (the gap reads the training, not the
+    setting), or None: over STUCK_SHARE of its n compared seeds stuck on an early plateau (report_stuck), or its val
+    PPL over PPL_RATIO times the base's. Table 3 and the budgets page ask this one rule."""
+    if n > 0 and stuck / n > STUCK_SHARE:
+        return f"under-trained: {stuck} of {n} seeds stuck on an early plateau ({stuck_rule})"
+    ppl, base_ppl = val_ppl
+    if ppl is not None and base_ppl and ppl / base_ppl > PPL_RATIO:
+        ratio = ppl / base_ppl
+        return f"under-trained: val PPL {ppl:.2f} is {ratio:.2f}× the base's {base_ppl:.2f} (over {PPL_RATIO:g}×)"
+    return None
+
+
 def verdict(
     paper_delta: float | None,
     comp: Comparison,
@@ -216,13 +234,8 @@ def verdict(
     """(one of VERDICTS, why in words) for one compared cell: the module's rule."""
     if paper_delta is None:
         return NOT_COMPARABLE, "the paper's Table 3 has no such cell"
-    if comp.n and stuck / comp.n > STUCK_SHARE:
-        return NOT_COMPARABLE, f"under-trained: {stuck} of {comp.n} seeds stuck on an early plateau ({stuck_rule})"
-    ppl, base_ppl = val_ppl
-    if ppl is not None and base_ppl and ppl / base_ppl > PPL_RATIO:
-        return NOT_COMPARABLE, (
-            f"under-trained: val PPL {ppl:.2f} is {ppl / base_ppl:.2f}× the base's {base_ppl:.2f} (over {PPL_RATIO:g}×)"
-        )
+    if why := under_trained(stuck, comp.n, val_ppl, stuck_rule):
+        return NOT_COMPARABLE, why
     kind = effect(paper_delta)
     said = f"the paper's {paper_delta:+.1f} is {'a ' if kind != 'no clear effect' else ''}{kind}"
     if comp.interval is None:
