@@ -106,9 +106,10 @@ def gap_table(table_cells: list[R.Cell], budgets: list[float], gaps: dict, band:
         for k in budgets:
             g = per.get(k)
             moved = g and k != budgets[0] and g["change"] != R.INCONCLUSIVE  # inconclusive twice: nothing moved
-            holm_p = f", Holm p {fmt_p(g[metric]['p_holm'])}" if g and g[metric].get("p_holm") is not None else ""
-            word = f" {g['word']}" + (f", {g['change']}" if moved else "") + holm_p if g else ""
-            word = word if metric == "test/bleu" else ""
+            word = ""
+            if g and metric == "test/bleu":  # the verdict reads test BLEU; the val-loss table shows its gaps only
+                holm_p = f", Holm p {fmt_p(g[metric]['p_holm'])}" if g[metric].get("p_holm") is not None else ""
+                word = f" {g['word']}" + (f", {g['change']}" if moved else "") + holm_p
             cells.append(f"{fmt_gap(g and g[metric], digits)}{word} (n {len(c.runs.get(k, []))})" if g else "—")
         rows.append([c.label, *cells])
     if metric == "test/bleu":

@@ -32,9 +32,9 @@ def readings(root: Path, sweeps: list[str], k: float = AT) -> dict[tuple[str, st
     for machine_class, branches in R.by_class(data.branches):
         table, budgets = R.cells(branches)
         summary = {"machine_class": machine_class, "base": table[0] if table and table[0].base else None}
-        for cell_id, per in R.gaps(table, budgets).items():
-            cell = next(c for c in table if c.cell_id == cell_id)
-            key = (cell.sweep, cell.label)
+        gaps = R.gaps(table, budgets)
+        for cell in table:
+            per, key = gaps.get(cell.cell_id, {}), (cell.sweep, cell.label)
             if k in per and (key not in out or len(cell.runs[k]) > len(out[key][1].runs[k])):
                 out[key] = (summary, cell, per[k])
     return out
