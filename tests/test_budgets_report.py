@@ -342,3 +342,23 @@ def test_make_budgets_report_writes_the_page_as_make_report_does(tmp_path):
     md = (out / "budgets.md").read_text()
     assert "<!-- about:begin -->" in md and "(index.md#q-budgets)" in md
     assert "[Budgets: the base at 1x, 2x, 4x" in (out / "index.md").read_text()
+
+
+def test_a_second_cooldown_shape_is_measured_on_the_page_paired_on_its_trunk_and_kept_out_of_the_gaps(tmp_path):
+    """The base's 1x branches cooled down linearly beside the sqrt ones of the same trunks: the page reads the gaps
+    on sqrt only and says what linear did, the mean paired difference with its t-interval over the pairs by hand."""
+    root = tmp_path / "results"
+    fabricate(root)
+    sqrt_1x = CELLS[BASE][1][1]
+    linear_1x = [33.5, 34.4, 33.0]
+    for seed, bleu in enumerate(linear_1x, 1):
+        branch(root, "table3_a_budgets", BASE, [], 1, seed, bleu, base=True, shape="linear")
+    data = R.load(root, R.discover(root))
+    assert data.shape == "sqrt" and data.other_shapes == {"linear": 3}
+    assert all(b.shape == "sqrt" for b in data.branches)
+    diffs = [lin - sq for lin, sq in zip(linear_1x, sqrt_1x)]
+    mean = statistics.fmean(diffs)
+    half = stats.t.ppf(0.975, 2) * statistics.stdev(diffs) / math.sqrt(3)
+    md = (page.write(root, None, tmp_path / "reports")[0]).read_text()
+    assert "## Which cooldown shape?" in md
+    assert f"  - 1x: 3 pairs, val loss {-mean / 10:+.3f} ± {half / 10:.3f}, test BLEU {mean:+.3f} ± {half:.3f}" in md

@@ -174,3 +174,46 @@ def test_a_sweep_page_never_compares_across_machine_classes(tmp_path):
     assert words["h4-dk64-dv64"].endswith("Left out (another machine class): seed 3 (AVX512-BF16 (no AMX)).")
     # all three seeds pooled would read -1.33 BLEU: the page's Δ is not that
     assert mixed["test_bleu"] == pytest.approx(statistics.fmean([24.0, 25.0, 40.0]))
+
+
+def with_val_ppl(run, ppl: float) -> None:
+    """Rewrite a hand-built run's record with val PPL `ppl`."""
+    d = read_record(run).as_dict()
+    d["metrics"]["val/ppl"] = ppl
+    write_record(run, Record.from_dict(d, version=d.get("schema_version")))
+
+
+def test_an_under_trained_cell_is_not_comparable_on_its_sweep_page_as_on_table3(tmp_path, monkeypatch):
+    """h2 is 6 BLEU worse in each of 3 seeds (Holm p < 0.05: 'worse' by the seed rule), but its val PPL is 12
+    against the base's 6.9: 1.74x, over Table 3's 1.5x, so its Δ reads the training and it is not comparable, on
+    the page, its json and its verdict line; h4's word and every Holm p are as without the rule."""
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    data = references(tmp_path)
+    root = tmp_path / "results"
+    for h, (bleus, hyps) in SWEEP.items():
+        for seed, bleu in enumerate(bleus, start=1):
+            run = make_run(root / "table3_a", data, h, seed, bleu, hyps)
+            if h == 2:
+                with_val_ppl(run, 12.0)
+    out = tmp_path / "reports"
+    R.write_report("table3_a", root, out, n_samples=100)
+    cells = {c["cell"]: c for c in json.loads((out / "table3_a.json").read_text())["cells"]}
+    base_ppl = statistics.fmean(10.0 - b / 10 for b in BASE)
+    tight, spread = cells["h2-dk128-dv128"], cells["h4-dk64-dv64"]
+    assert tight["p_holm"] < 0.05 and tight["verdict"] == "not comparable"
+    assert tight["under_trained"] == (
+        f"under-trained: val PPL 12.00 is {12 / base_ppl:.2f}× the base's {base_ppl:.2f} (over 1.5×)"
+    )
+    assert spread["verdict"] == "inconclusive" and spread["under_trained"] is None
+    md = (out / "table3_a.md").read_text()
+    assert f"h2-dk128-dv128: not comparable: {tight['under_trained']}, so its Δ {tight['delta']:+.2f} BLEU" in md
+    assert "h2-dk128-dv128: worse than" not in md
+
+
+def test_most_compared_seeds_stuck_make_a_cell_not_comparable_half_do_not():
+    """Table 3's stuck share: over half of the compared seeds (a seed of another class is not compared)."""
+    row = {"delta": -3.0, "verdict": "worse", "compared_seeds": [1, 2, 3], "val_ppl_pair": (7.0, 6.9)}
+    two, one, other = dict(row, stuck_seeds=[1, 2]), dict(row, stuck_seeds=[1]), dict(row, stuck_seeds=[1, 4])
+    S.under_trained_verdicts([two, one, other])
+    assert two["verdict"] == "not comparable" and two["under_trained"].startswith("under-trained: 2 of 3 seeds stuck")
+    assert one["verdict"] == other["verdict"] == "worse" and one["under_trained"] is None

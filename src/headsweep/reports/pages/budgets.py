@@ -312,12 +312,11 @@ def markdown(data: R.Budgets, classes: list[dict], figures: dict[str, list[tuple
     )
     md = [f"# {HEAD}", "", *status_lines(data), "", f"Sweeps: {', '.join(data.sweeps)}. {plan}"]
     if data.other_shapes:
-        md += [
-            "",
-            f"Only the {data.shape} cooldown's branches are read here; "
-            + ", ".join(f"{n} {shape} branches" for shape, n in data.other_shapes.items())
-            + " are compared with them on the same trunks by `python -m headsweep.sweeps.cooldown --sweep <sweep>`.",
-        ]
+        others = ", ".join(f"{n} {shape} branches" for shape, n in data.other_shapes.items())
+        md += ["", "## Which cooldown shape?", "", f"Only the {data.shape} cooldown's branches are read below. The "]
+        md[-1] += f"{others} are measured against them, paired on one trunk checkpoint (`python -m headsweep.sweeps."
+        md[-1] += "cooldown`):"
+        md += ["", *data.shape_lines]
     if not classes:
         md += ["", "No branch has finished yet: nothing to compare."]
     else:

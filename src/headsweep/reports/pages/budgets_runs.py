@@ -32,6 +32,7 @@ from headsweep.store import (
     stopped_short,
     stored_runs,
 )
+from headsweep.sweeps import cooldown
 from headsweep.sweeps.budget_plan import BRANCH, DEFAULT_SHAPE, TRUNK
 from headsweep.sweeps.budgets import NOTE
 
@@ -64,6 +65,7 @@ class Budgets:
     trunks_done: int
     missing: list[str] = field(default_factory=list)  # lines: what is planned and not finished
     planned: int = 0  # trunks and branches planned (notes and finished trunks' records)
+    shape_lines: list[str] = field(default_factory=list)  # markdown: other shapes against `shape` (sweeps.cooldown)
 
 
 def discover(root: Path) -> list[str]:
@@ -143,6 +145,11 @@ def load(root: Path, sweeps: list[str]) -> Budgets:
             shapes[branch.shape] = shapes.get(branch.shape, 0) + 1
             branches.append(branch)
     shape = DEFAULT_SHAPE if DEFAULT_SHAPE in shapes or not shapes else max(shapes, key=shapes.get)
+    # the shapes measured on the page: paired on one trunk checkpoint, so each pair shares its class and seed
+    shape_lines = []
+    for sweep in sweeps:
+        if lines := cooldown.compare(cooldown.branch_runs(root / sweep), shape):
+            shape_lines += [f"- `{sweep}`: {lines[0]}", *(f"  - {line.strip()}" for line in lines[1:])]
     return Budgets(
         sweeps,
         notes,
@@ -152,6 +159,7 @@ def load(root: Path, sweeps: list[str]) -> Budgets:
         trunks_done,
         missing,
         planned,
+        shape_lines,
     )
 
 

@@ -60,7 +60,8 @@ def index_record(sweep: str, title: str, cells: list[Cell], runs: list, left_out
                         "interval",  # Δ's 95% Welch interval over seeds
                         "p_welch",
                         "p_holm",  # Holm across the page's cells on the Welch p-values (Table 3's rule)
-                        "verdict",  # better, worse or inconclusive by that rule; None for the base
+                        "verdict",  # better, worse, inconclusive, not comparable (under-trained); None: base
+                        "under_trained",  # why a cell is not comparable (verdicts.under_trained), else None
                         "n_base",
                         "p_bootstrap",  # sacreBLEU's paired bootstrap: test-set noise, no verdict
                         "p_bootstrap_bound",

@@ -47,6 +47,7 @@ from headsweep.reports.sweep.per_length import best_per_length, length_interacti
 from headsweep.reports.sweep.plots import learning_curves, plots, seed_spread
 from headsweep.reports.sweep.protocol import protocol_lines, start_banner
 from headsweep.reports.sweep.ranks import rank_section
+from headsweep.reports.sweep.significance import under_trained_verdicts
 from headsweep.reports.sweep.similarity import similarity_curves
 from headsweep.reports.sweep.summary import (
     budget_store,
@@ -336,6 +337,7 @@ def write_report(
     info = summarize(cells, n_samples)
     info["sweep"] = runs[0].results["config"].get("sweep") or sweep  # the name it ran under (its spec's, or NAME=)
     info["stuck"] = stuck_runs(cells, root, stuck_threshold, pool, grid_runs, here=(sweep,))
+    under_trained_verdicts([c.row for c in cells])  # Table 3's rule, once the stuck seeds are known
     info["convergence"] = report_convergence.convergence(cells)
     speed = decode_speed_columns(sweep_dir)
     for c in cells:

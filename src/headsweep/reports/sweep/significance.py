@@ -1,7 +1,9 @@
 """Is a difference real? A sweep page answers with Table 3's rule (headsweep.reports.pages.verdicts), over seeds,
 the unit of replication: Δ test BLEU with its 95 % Welch interval and Welch's p (verdicts.welch), Holm's
 adjustment across the page's cells, and a direction (better, worse) claimed only where Holm p < ALPHA; otherwise,
-and with fewer than 2 seeds on a side, inconclusive. So a sweep page and Table 3's cannot disagree on one cell.
+and with fewer than 2 seeds on a side, inconclusive; and, whatever its Δ, not comparable where the cell is
+under-trained by Table 3's one rule (verdicts.under_trained: most compared seeds stuck, or val PPL over 1.5x the
+base's). So a sweep page and Table 3's cannot disagree on one cell.
 
 sacreBLEU's paired bootstrap of a cell against the base on the test sentences (seeds pooled), read from the
 runs' hypotheses and references, stays on the page as test-set noise: it resamples sentences, not seeds, so it
@@ -21,7 +23,16 @@ from headsweep.reporting.markdown import p_words
 
 # the statistics themselves live below both analysis/ and reports/; imported here, where they were
 from headsweep.reporting.stats import holm, mean_sd, ranking_agreement, seed_test  # noqa: F401
-from headsweep.reports.pages.verdicts import ALPHA, LEVEL, CrossClass, compare, interval_text
+from headsweep.reports.pages.verdicts import (
+    ALPHA,
+    LEVEL,
+    NOT_COMPARABLE,
+    CrossClass,
+    compare,
+    interval_text,
+    mean_of,
+    under_trained,
+)
 from headsweep.reports.sweep.cells import Cell, ReportError, Run, hypotheses_path
 from headsweep.store.references import configured_data_dir, run_data_dir  # noqa: F401 (read here by lengths, tests)
 from headsweep.store.references import references as stored_references
@@ -97,6 +108,8 @@ def seed_comparison(ref: Cell, cell: Cell, metric: str = "test/bleu") -> dict:
         "class_left_out": comp.left_out,
         "stopped_out": comp.stopped,
         "cross_class": None,
+        "compared_seeds": [r.seed for r in comp.cell_runs],  # under_trained_verdicts counts the stuck among these
+        "val_ppl_pair": (mean_of(comp.cell_runs, "val/ppl"), mean_of(comp.base_runs, "val/ppl")),
     }
 
 
@@ -111,6 +124,22 @@ def holm_verdicts(rows: list[dict]) -> None:
             row["verdict"] = BETTER if row["delta"] > 0 else WORSE
         else:
             row["verdict"] = INCONCLUSIVE
+
+
+def under_trained_verdicts(rows: list[dict], stuck_rule: str = "report_stuck's rule") -> None:
+    """After holm_verdicts and the stuck flags (report_stuck.flag): a compared cell under-trained by Table 3's rule
+    (verdicts.under_trained) is not comparable, its Δ kept and its reason in row["under_trained"]. Its p stays in
+    the Holm family, as on Table 3, so the other cells' words do not depend on this rule."""
+    for row in rows:
+        row["under_trained"] = None
+        if row.get("delta") is None:
+            continue
+        seeds = row.get("compared_seeds") or []
+        stuck = len(set(row.get("stuck_seeds") or ()) & set(seeds))
+        why = under_trained(stuck, len(seeds), tuple(row.get("val_ppl_pair") or (None, None)), stuck_rule)
+        row["under_trained"] = why
+        if why:
+            row["verdict"] = NOT_COMPARABLE
 
 
 def no_interval(row: dict) -> str:
@@ -143,6 +172,12 @@ def verdict_line(name: str, against: str, row: dict) -> str:
     others = row.get("class_left_out")
     left = f" Left out (another machine class): {', '.join(others)}." if others else ""
     left += f" Left out (stopped short): {', '.join(row['stopped_out'])}." if row.get("stopped_out") else ""
+    if row["verdict"] == NOT_COMPARABLE:
+        words = seed_words(row)
+        return (
+            f"{name}: not comparable: {row['under_trained']}, so its Δ {d:+.2f} BLEU against {against} ({words}) "
+            f"reads the training, not the setting.{left}"
+        )
     if row["verdict"] in (BETTER, WORSE):
         return f"{name}: {row['verdict']} than {against} by {abs(d):.2f} BLEU ({seed_words(row)}).{left}"
     if row["interval"] is None:
