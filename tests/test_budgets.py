@@ -508,3 +508,14 @@ def test_a_rate_chosen_under_other_settings_is_not_borrowed(tmp_path):
     stored("tiny_start", 0.004)
     bp = tiny_plan(tmp_path, runs_from="tiny_start")
     assert bp.rates["h2-dk16-dv16"] == (0.004, "tiny_start/h2-dk16-dv16-s1") and bp.runs_from == "tiny_start"
+
+
+def test_the_note_keeps_every_shape_with_the_first_command_s_first(tmp_path):
+    """SHAPES=sqrt for every cell, then SHAPES=sqrt,linear for one branch, then SHAPES=sqrt for the next trunk: the
+    note names both shapes, sqrt first (the page expects a finished trunk's branches in that shape only)."""
+    B.write_note(tiny_plan(tmp_path, only=["h2-*"]))
+    B.write_note(tiny_plan(tmp_path, shapes=("sqrt", "linear"), only=["h2-dk16-dv16-1x-linear-s1"]))
+    B.write_note(tiny_plan(tmp_path, only=["h4-*"]))
+    note = json.loads((tmp_path / "results" / "tiny_budgets" / ".budgets.json").read_text())
+    assert note["shapes"] == ["sqrt", "linear"]
+    assert "h2-dk16-dv16-1x-linear-s1" in note["planned"] and "h2-dk16-dv16-2x-linear-s1" not in note["planned"]

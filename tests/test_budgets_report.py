@@ -362,3 +362,20 @@ def test_a_second_cooldown_shape_is_measured_on_the_page_paired_on_its_trunk_and
     md = (page.write(root, None, tmp_path / "reports")[0]).read_text()
     assert "## Which cooldown shape?" in md
     assert f"  - 1x: 3 pairs, val loss {-mean / 10:+.3f} ± {half / 10:.3f}, test BLEU {mean:+.3f} ± {half:.3f}" in md
+
+
+def test_a_second_shape_is_expected_only_where_a_command_planned_it(tmp_path):
+    """A note naming sqrt and linear (one command measured linear at 1x): a finished trunk's sqrt branches are
+    expected at every budget, its linear ones only where planned."""
+    root = tmp_path / "results"
+    trunk(root, "table3_a_budgets", BASE, [], 1)
+    planned = {f"{BASE}-1x-linear-s1": {"role": "branch", "base": True, "trunk": f"{BASE}-trunk-s1", "budget": 1}}
+    note = {"source": "table3_a", "budgets": [1, 2, 4], "base_steps": STEPS, "cooldown": 0.2}
+    (root / "table3_a_budgets" / ".budgets.json").write_text(
+        json.dumps({**note, "shapes": ["sqrt", "linear"], "planned": planned})
+    )
+    missing = R.load(root, R.discover(root)).missing
+    assert sorted(missing) == sorted(
+        [f"table3_a_budgets/{BASE}-{k}x-sqrt-s1: branch not run (its trunk has finished)" for k in (1, 2, 4)]
+        + [f"table3_a_budgets/{BASE}-1x-linear-s1: branch not run (its trunk has finished)"]
+    )

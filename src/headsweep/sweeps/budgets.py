@@ -137,7 +137,7 @@ def write_note(bp: BudgetPlan) -> None:
             "steps": b.steps,
             "branch_steps": b.points,
             "cooldown": b.fraction,
-            "shapes": b.shapes,
+            "shapes": list(dict.fromkeys([*old.get("shapes", []), *b.shapes])),  # every shape any command planned
             "planned": {**old.get("planned", {}), **planned_jobs(bp)},
         },
     )

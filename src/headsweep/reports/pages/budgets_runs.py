@@ -116,9 +116,11 @@ def load(root: Path, sweeps: list[str]) -> Budgets:
             b = (results or {}).get("config", {}).get("budgets") or {}
             if b.get("role") == TRUNK:  # a finished trunk's branches are expected, planned or not
                 cell, seed = name.rsplit("-trunk-s", 1)
+                # in its first shape only: a second shape's branches (SHAPES=sqrt,linear ONLY=..) are a measurement
+                # of the shape on the trunks the command selected, expected where it planned them
+                shape = (notes[sweep].get("shapes") or [DEFAULT_SHAPE])[0]
                 for k in b.get("budgets", []):
-                    for shape in notes[sweep].get("shapes") or [DEFAULT_SHAPE]:
-                        expected.setdefault(f"{cell}-{k:g}x-{shape}-s{seed}", {"role": BRANCH, "trunk": name})
+                    expected.setdefault(f"{cell}-{k:g}x-{shape}-s{seed}", {"role": BRANCH, "trunk": name})
         planned += len(expected)
         for name, job in sorted(expected.items()):
             if shown.get(name) is not None:
