@@ -381,14 +381,14 @@ def test_dry_lists_the_trunks_then_the_branches_waiting_for_them(planned, capsys
 
 
 def test_shapes_compared_on_the_same_trunks():
-    from headsweep.sweeps.cooldown import compare
+    from headsweep.sweeps.cooldown import compare_shapes
 
     runs = [
         {"cell": "c", "budget": 1, "shape": s, "seed": seed, "val/loss": 2.0 + d, "test/bleu": 30.0}
         for seed, d in ((1, 0.1), (2, 0.2), (3, 0.3))
         for s, d in (("sqrt", 0.0), ("linear", d))
     ]
-    lines = compare(runs, "sqrt")
+    lines = compare_shapes(runs, "sqrt")
     # mean 0.2, sd 0.1, t(0.975, 2 df) = 4.302653 (tables): half-width 4.302653 * 0.1 / sqrt(3) = 0.248
     assert lines[1] == "    1x: 3 pairs, val loss +0.200 ± 0.248, test BLEU +0.000 ± 0.000"
 

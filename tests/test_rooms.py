@@ -102,6 +102,10 @@ REPORTS_EXCEPTIONS = {
     ),
     "sweeps.budget_plan": ({"BRANCH", "TRUNK", "DEFAULT_SHAPE"}, "the tags of `make budgets` runs, to find them"),
     "sweeps.budgets": ({"NOTE"}, "the file `make budgets` writes its plan into, to read it"),
+    "sweeps.cooldown": (
+        {"branch_runs", "compare_shapes"},
+        "the cooldown shapes' paired comparison `make budgets` prints, shown on the budgets page as printed",
+    ),
     "data": (
         {"DataError", "TranslationDataModule", "read_lines"},
         "reading the test set and hypotheses as the trainer did: lengths bins sentences by their subwords",

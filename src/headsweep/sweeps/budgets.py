@@ -49,7 +49,7 @@ from headsweep.sweeps.budget_plan import (
     parse_shapes,
     plan_budgets,
 )
-from headsweep.sweeps.cooldown import branch_runs, compare
+from headsweep.sweeps.cooldown import branch_runs, compare_shapes
 from headsweep.sweeps.specs import SweepError
 from headsweep.training.runs import write_json
 
@@ -163,7 +163,7 @@ def run_budgets(bp: BudgetPlan, dry: bool = False, out=None) -> int:
     rc2 = launch.run(branches, dry, out) if branches.jobs else 0
     if rc2 == 130:
         return rc2
-    if bp.results is not None and (lines := compare(branch_runs(bp.results / bp.name), DEFAULT_SHAPE)):
+    if bp.results is not None and (lines := compare_shapes(branch_runs(bp.results / bp.name), DEFAULT_SHAPE)):
         print("\n" + "\n".join(lines), file=out)
     stuck = [j for j in later if bp.branches.selects(j)]
     if stuck and not dry:

@@ -42,7 +42,7 @@ def branch_runs(sweep_dir: Path) -> list[dict]:
     return runs
 
 
-def compare(runs: list[dict], first: str | None = None) -> list[str]:
+def compare_shapes(runs: list[dict], first: str | None = None) -> list[str]:
     """Lines: per budget and in all, each other shape against `first` (default: the most common shape)."""
     shapes = sorted({r["shape"] for r in runs})
     if len(shapes) < 2:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", default=None, help="the shape the others are compared with (default: the commonest)")
     args = parser.parse_args(argv)
     runs = branch_runs(args.root / args.sweep)
-    lines = compare(runs, args.first)
+    lines = compare_shapes(runs, args.first)
     if not lines:
         print(f"{args.root / args.sweep}: no branches of two cooldown shapes to compare ({len(runs)} branches)")
         return 1

@@ -32,9 +32,9 @@ from headsweep.store import (
     stopped_short,
     stored_runs,
 )
-from headsweep.sweeps import cooldown
 from headsweep.sweeps.budget_plan import BRANCH, DEFAULT_SHAPE, TRUNK
 from headsweep.sweeps.budgets import NOTE
+from headsweep.sweeps.cooldown import branch_runs, compare_shapes
 
 METRICS = ("test/bleu", "val/loss")  # the verdicts read test BLEU (beam 4), as Table 3 does
 # What makes a branch one budget of its cell: apart from these, its cell's branches share every experiment setting
@@ -150,7 +150,7 @@ def load(root: Path, sweeps: list[str]) -> Budgets:
     # the shapes measured on the page: paired on one trunk checkpoint, so each pair shares its class and seed
     shape_lines = []
     for sweep in sweeps:
-        if lines := cooldown.compare(cooldown.branch_runs(root / sweep), shape):
+        if lines := compare_shapes(branch_runs(root / sweep), shape):
             shape_lines += [f"- `{sweep}`: {lines[0]}", *(f"  - {line.strip()}" for line in lines[1:])]
     return Budgets(
         sweeps,
