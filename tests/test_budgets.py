@@ -519,3 +519,72 @@ def test_the_note_keeps_every_shape_with_the_first_command_s_first(tmp_path):
     note = json.loads((tmp_path / "results" / "tiny_budgets" / ".budgets.json").read_text())
     assert note["shapes"] == ["sqrt", "linear"]
     assert "h2-dk16-dv16-1x-linear-s1" in note["planned"] and "h2-dk16-dv16-2x-linear-s1" not in note["planned"]
+
+
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_class": "AVX512 + AMX (bf16 units)", "gpu": None}
+EPYC = {"cpu": "AMD EPYC", "cpu_class": "AVX512 + AVX512-BF16 (bf16 units)", "gpu": None}
+
+
+def trained_on(bp, trunk_name: str, machine: dict, sweep: str) -> None:
+    """The plan's trunk `trunk_name` as finished on `machine`, shown as results/<sweep>/<its name>."""
+    trunk = next(j for j in bp.trunks.jobs if j.name == trunk_name)
+    config = _config([*bp.trunks.common, *trunk.overrides])
+    assert experiment_key(config) == bp.keys[trunk.name]  # the run the plan would take over
+    stored_run(bp.results / sweep / trunk.name, {"status": "complete", "config": config, "machine": machine})
+
+
+def on_class(monkeypatch, machine: dict) -> None:
+    monkeypatch.setattr("headsweep.sweeps.budget_plan.this_class", lambda on_gpu: machine["cpu_class"])
+
+
+def test_a_trunk_the_store_holds_from_another_class_is_trained_again_here_under_its_own_identity(
+    tmp_path, monkeypatch
+):
+    """The base's trunk of another budgets sweep, trained on a Xeon: planned on the Xeon, it is shown (nothing
+    trains); planned on an EPYC, every trunk and branch gets machine_class=<the EPYC's class>, so the trunk trains
+    here under a key of its own, its branches continue it (their trunk key is the new one), and the plan says why.
+    On the Xeon the plan is what it was: an old run's key never moves."""
+    on_class(monkeypatch, XEON)
+    xeon = tiny_plan(tmp_path)
+    base = "h2-dk16-dv16-trunk-s1"
+    trained_on(xeon, base, XEON, "other_budgets")
+
+    again = tiny_plan(tmp_path)
+    assert again.keys == xeon.keys and not again.notes
+    assert next(j for j in again.trunks.jobs if j.name == base).same_as is not None
+
+    on_class(monkeypatch, EPYC)
+    epyc = tiny_plan(tmp_path)
+    here = EPYC["cpu_class"]
+    assert epyc.notes == [
+        f"  the store's {base} trained on {XEON['cpu_class']}, and this machine is {here}: every trunk and branch "
+        f"is planned under machine_class='{here}' (its own identity), so no cell here is read against another "
+        "class's base"
+    ]
+    assert all(f["machine_class"] == here for f in epyc.flats.values())
+    assert set(epyc.keys) == set(xeon.keys) and all(epyc.keys[n] != xeon.keys[n] for n in xeon.keys)
+    assert not any(j.same_as or j.done for j in [*epyc.trunks.jobs, *epyc.branches.jobs])
+    branch = next(j for j in epyc.branches.jobs if epyc.trunk_of[j.name].name == base)
+    assert B._record(branch)["trunk"] == epyc.keys[base] != xeon.keys[base]
+    assert f"machine_class='{here}'" in " ".join(epyc.trunks.common)
+
+    # a cell alone on the EPYC still needs its class's base: planned under the class, and the line says select it
+    lone = tiny_plan(tmp_path, only=["h4-*"])
+    assert lone.keys == epyc.keys and lone.notes[0].endswith(f"the base's trunks are not selected ({base}, ...): "
+                                                             "select them too")  # fmt: skip
+
+
+def test_a_sweep_whose_own_base_trained_on_another_class_stops_a_run_here_in_one_line(tmp_path, monkeypatch):
+    """results/<name>/ holds the base's trunk from a Xeon: on an EPYC, training the other cell into that sweep
+    would read it against the Xeon's base; one line names the sweep, both classes and a name for this class's own."""
+    on_class(monkeypatch, XEON)
+    trained_on(tiny_plan(tmp_path), "h2-dk16-dv16-trunk-s1", XEON, "tiny_budgets")
+    on_class(monkeypatch, EPYC)
+    message = (
+        r"^tiny_budgets's h2-dk16-dv16-trunk-s1 trained on AVX512 \+ AMX \(bf16 units\) and this machine is "
+        r"AVX512 \+ AVX512-BF16 \(bf16 units\): .* \(NAME=tiny_budgets_avx512-bf16, its base first\)"
+    )
+    with pytest.raises(SweepError, match=message):
+        tiny_plan(tmp_path, only=["h4-*"])
+    on_class(monkeypatch, XEON)
+    assert not tiny_plan(tmp_path, only=["h4-*"]).notes  # on the base's own class the cell plans as before

@@ -57,7 +57,8 @@ def rate_settings_apart(results: Path | None, source: str, cell: str, flat: dict
         if record is None:
             continue
         diff, theirs, ours = settings_diff(record.config, flat, record.seed)
-        if apart := [k for k in diff if k not in ("seed", "module.peak_lr")]:
+        # the machine class keeps two classes' runs apart in the store; the rate chosen on one serves the other
+        if apart := [k for k in diff if k not in ("seed", "module.peak_lr", "machine_class")]:
             k = apart[0]
             there = f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here"
             return f"{source}'s runs of {cell} trained with other settings ({there})"

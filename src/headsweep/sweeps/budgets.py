@@ -64,6 +64,7 @@ def describe(bp: BudgetPlan) -> list[str]:
         f"{b.fraction:.0%} ({', '.join(b.shapes)}) from a trunk of {b.trunk_steps} steps at the peak rate that keeps "
         f"its checkpoints after {', '.join(map(str, b.points))} steps",
     ]
+    lines += bp.notes
     if bp.runs_from != bp.source:
         lines.append(f"  rates, precision and device read from the runs of {bp.runs_from} (FROM=)")
     lines += [f"  {cell}: peak rate {rate:g} ({origin})" for cell, (rate, origin) in bp.rates.items()]
