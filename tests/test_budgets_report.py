@@ -379,3 +379,30 @@ def test_a_second_shape_is_expected_only_where_a_command_planned_it(tmp_path):
         [f"table3_a_budgets/{BASE}-{k}x-sqrt-s1: branch not run (its trunk has finished)" for k in (1, 2, 4)]
         + [f"table3_a_budgets/{BASE}-1x-linear-s1: branch not run (its trunk has finished)"]
     )
+
+
+EPYC = {"cpu": "AMD EPYC", "cpu_class": "AVX512 + AVX512-BF16 (bf16 units)", "gpu": None, "torch": "2.13.0+cpu"}
+
+
+def test_machine_class_in_a_run_s_identity_splits_no_cell_on_its_own_class(tmp_path):
+    """make budgets puts a class's trunks and branches under machine_class=<class> where the store holds another
+    class's (sweeps.budget_plan.other_class): on that class the base planned so is still the base of a cell and of a
+    linear-decay run trained without it, and the Xeon's base beside them is its own section."""
+    root = tmp_path / "results"
+    bf16, mine = ["trainer.precision=bf16-mixed"], [f"machine_class='{EPYC['cpu_class']}'"]
+    base, cell, linear = [36.0, 36.4, 36.2], [34.0, 34.3, 34.1], [35.5, 35.9, 35.4]
+    for seed, (b, c, lin) in enumerate(zip(base, cell, linear), 1):
+        branch(root, "x_avx512-bf16_budgets", BASE, [*bf16, *mine], 1, seed, b, True, machine=EPYC)
+        branch(root, "x_avx512-bf16_budgets", "h32-dk8-dv8", [*bf16, "model.heads=32"], 1, seed, c, machine=EPYC)
+        branch(root, "x_budgets", BASE, bf16, 1, seed, 30.0, True, machine=AMX)
+        cfg = config(tuple(bf16))
+        cfg["seed"] = seed
+        results = {"status": "complete", "config": cfg, "metrics": {"test/bleu": lin, "val/loss": loss(lin)}}
+        stored_run(root / "x" / f"{BASE}-s{seed}", {**results, "machine": EPYC})
+    epyc, xeon = page.summarize(root, R.load(root, R.discover(root)))
+    assert (epyc["machine_class"], xeon["machine_class"]) == (EPYC["cpu_class"], AMX["cpu_class"])
+    assert [c.label for c in epyc["cells"]] == [BASE, "h32-dk8-dv8"] and epyc["cells"][0].base
+    gap = epyc["gaps"][epyc["cells"][1].cell_id][1]["test/bleu"]
+    assert gap["diff"] == pytest.approx(statistics.fmean(cell) - statistics.fmean(base))
+    got = epyc["linear"]["test/bleu"]
+    assert epyc["linear"]["n_linear"] == 3 and (got["diff"], got["lo"], got["hi"]) == pytest.approx(welch(linear, base))

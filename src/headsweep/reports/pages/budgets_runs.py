@@ -78,8 +78,12 @@ def discover(root: Path) -> list[str]:
     ]
 
 
+# Identity only: keeps two machine classes' runs apart in the store; the class itself splits the page (by_class)
+CLASS_KEY = "machine_class"
+
+
 def cell_id(run: Run) -> str:
-    settings = {k: v for k, v in experiment_settings(run.flat).items() if k not in PER_BUDGET}
+    settings = {k: v for k, v in experiment_settings(run.flat).items() if k not in (*PER_BUDGET, CLASS_KEY)}
     return settings_key(settings, None)
 
 
@@ -300,7 +304,7 @@ def linear_runs(root: Path, branch: Branch) -> list[dict]:
         if run_class(record.raw.get("machine")) != branch.machine_class or stopped_short(record.as_dict()):
             continue
         diff = settings_diff(config, branch.run.flat, branch.run.seed)[0]
-        if all(k in ("seed", *SCHEDULE_KEYS) for k in diff):
+        if all(k in ("seed", CLASS_KEY, *SCHEDULE_KEYS) for k in diff):
             out.append({"seed": config.get("seed"), **(record.metrics or {})})
     return out
 
