@@ -537,9 +537,7 @@ def on_class(monkeypatch, machine: dict) -> None:
     monkeypatch.setattr("headsweep.sweeps.budget_plan.this_class", lambda on_gpu: machine["cpu_class"])
 
 
-def test_a_trunk_the_store_holds_from_another_class_is_trained_again_here_under_its_own_identity(
-    tmp_path, monkeypatch
-):
+def test_a_trunk_the_store_holds_from_another_class_is_trained_again_here_under_its_own_identity(tmp_path, monkeypatch):
     """The base's trunk of another budgets sweep, trained on a Xeon: planned on the Xeon, it is shown (nothing
     trains); planned on an EPYC, every trunk and branch gets machine_class=<the EPYC's class>, so the trunk trains
     here under a key of its own, its branches continue it (their trunk key is the new one), and the plan says why.
