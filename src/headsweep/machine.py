@@ -50,6 +50,9 @@ def describe() -> dict:
 
 
 NOT_RECORDED = "not recorded"  # a run from before results.json named its machine
+# The config key (conf/train.yaml) that puts a run's class in its identity where set (sweeps.classes): it keeps two
+# classes' runs apart in the store and is no setting of the experiment otherwise
+CLASS_KEY = "machine_class"
 
 
 def run_class(machine: dict | None) -> str:

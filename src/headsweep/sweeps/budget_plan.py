@@ -18,7 +18,7 @@ import torch
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
-from headsweep.machine import NOT_RECORDED, class_slug, this_class
+from headsweep.machine import CLASS_KEY, NOT_RECORDED, class_slug, this_class
 from headsweep.store import experiment_key, flat_key, read_record, settings_diff
 from headsweep.sweeps import planning
 from headsweep.sweeps.budget_rates import chosen_rate, rate_settings_apart, source_pins
@@ -215,19 +215,16 @@ def plan_budgets(
     for job in [*bp.trunks.jobs, *bp.branches.jobs]:
         check_run_dir(job, bp.flats[job.name], bp.keys[job.name])
     here = this_class(base.on_gpu)
-    if here is None or any(o.lstrip("+~").split("=", 1)[0] == MACHINE_CLASS for o in extra):
+    if here is None or any(o.lstrip("+~").split("=", 1)[0] == CLASS_KEY for o in extra):
         return bp
     if note := other_class(bp, here):  # the store's trunks are another class's: this class's own, keyed apart
         again = plan_budgets(
-            source, seeds, [*extra, f"{MACHINE_CLASS}='{here}'"], multiples, fraction, shapes, results=results,
+            source, seeds, [*extra, f"{CLASS_KEY}='{here}'"], multiples, fraction, shapes, results=results,
             name_as=name_as, specs_dir=specs_dir, only=only, runs_from=runs_from, **plan_kwargs,
         )  # fmt: skip
         again.notes.insert(0, note)
         return again
     return bp
-
-
-MACHINE_CLASS = "machine_class"  # conf/train.yaml: part of a run's identity where set (sweeps.classes)
 
 
 def other_class(bp: BudgetPlan, here: str) -> str | None:
@@ -259,12 +256,11 @@ def other_class(bp: BudgetPlan, here: str) -> str | None:
     if not shown:
         return None
     (j, c), more = shown[0], f" and {len(shown) - 1} more" if len(shown) > 1 else ""
-    unselected = sorted(n for n in bases if not any(bp.trunks.selects(t) for t in bp.trunks.jobs if t.name == n))
+    unselected = sorted(bases - {t.name for t in bp.trunks.jobs if bp.trunks.selects(t)})
     hint = f"; the base's trunks are not selected ({unselected[0]}, ...): select them too" if unselected else ""
     return (
         f"  the store's {j.name}{more} trained on {c}, and this machine is {here}: every trunk and branch is planned "
-        f"under {MACHINE_CLASS}='{here}' (its own identity), so no cell here is read against another class's base"
-        + hint
+        f"under {CLASS_KEY}='{here}' (its own identity), so no cell here is read against another class's base" + hint
     )
 
 

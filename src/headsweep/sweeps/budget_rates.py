@@ -10,6 +10,7 @@ import math
 import re
 from pathlib import Path
 
+from headsweep.machine import CLASS_KEY
 from headsweep.store import as_seen, read_record, settings_diff
 from headsweep.sweeps import lr_select
 from headsweep.sweeps.sweep_settings import finished_values
@@ -57,8 +58,8 @@ def rate_settings_apart(results: Path | None, source: str, cell: str, flat: dict
         if record is None:
             continue
         diff, theirs, ours = settings_diff(record.config, flat, record.seed)
-        # the machine class keeps two classes' runs apart in the store; the rate chosen on one serves the other
-        if apart := [k for k in diff if k not in ("seed", "module.peak_lr", "machine_class")]:
+        # the rate chosen on one machine class serves another (CLASS_KEY only keeps their runs apart)
+        if apart := [k for k in diff if k not in ("seed", "module.peak_lr", CLASS_KEY)]:
             k = apart[0]
             there = f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here"
             return f"{source}'s runs of {cell} trained with other settings ({there})"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from scipy.stats import kendalltau
 
-from headsweep.machine import run_class
+from headsweep.machine import CLASS_KEY, run_class  # the class splits the page (by_class), not a cell
 from headsweep.reporting.stats import difference_interval, holm, mean_sd
 from headsweep.reports.pages.verdicts import ALPHA, NOT_COMPARABLE, mean_of, under_trained  # Table 3's rules
 from headsweep.reports.sweep.cells import Run, as_run
@@ -76,10 +76,6 @@ def discover(root: Path) -> list[str]:
         if d.is_dir() and d.name != RUNS and not d.name.startswith(".")
         if (d / NOTE).is_file() or d.name.endswith("_budgets")
     ]
-
-
-# Identity only: keeps two machine classes' runs apart in the store; the class itself splits the page (by_class)
-CLASS_KEY = "machine_class"
 
 
 def cell_id(run: Run) -> str:
