@@ -566,6 +566,13 @@ def test_a_trunk_the_store_holds_from_another_class_is_trained_again_here_under_
     assert B._record(branch)["trunk"] == epyc.keys[base] != xeon.keys[base]
     assert f"machine_class='{here}'" in " ".join(epyc.trunks.common)
 
+    # a later command on the EPYC, the class left unset: the sweep's own runs name it, so the same keys again
+    trained_on(epyc, base, EPYC, "tiny_budgets")
+    later = tiny_plan(tmp_path)
+    assert later.keys == epyc.keys and next(j for j in later.trunks.jobs if j.name == base).done
+    assert f"machine_class='{here}'" in " ".join(later.trunks.common)
+    (tmp_path / "results" / "tiny_budgets" / base).unlink()
+
     # a cell alone on the EPYC still needs its class's base: planned under the class, and the line says select it
     lone = tiny_plan(tmp_path, only=["h4-*"])
     assert lone.keys == epyc.keys and lone.notes[0].endswith(f"the base's trunks are not selected ({base}, ...): "

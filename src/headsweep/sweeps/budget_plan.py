@@ -178,6 +178,7 @@ def plan_budgets(
     constants, _ = split_parameters(spec)
     pins = source_pins(origin, results, [*constants, *extra])
     pins += shared_overrides(name, results, [*constants, *extra, *pins])
+    pins += class_pin(name, results, [*extra, *pins])
     base = planning.plan(source, seeds, [*extra, *pins], specs_dir=specs_dir, results=None, name_as=name, **plan_kwargs)
     asked_lr = next((o.split("=", 1)[1] for o in extra if o.split("=", 1)[0] == "module.peak_lr"), None)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
@@ -225,6 +226,17 @@ def plan_budgets(
         again.notes.insert(0, note)
         return again
     return bp
+
+
+def class_pin(name: str, results: Path | None, extra: list[str]) -> list[str]:
+    """machine_class=<this class> where the sweep's own finished runs were planned under it (other_class, on an
+    earlier command) and the command leaves it unset: a later command on this class plans their keys again."""
+    if results is None or any(o.lstrip("+~").split("=", 1)[0] == CLASS_KEY for o in extra):
+        return []
+    done = [p.parent for p in (results / name).glob(f"*/{store.RESULTS}") if is_complete(p.parent)]
+    values = {read_results(d)["config"].get(CLASS_KEY) for d in done} - {None}
+    here = this_class(torch.cuda.is_available())
+    return [f"{CLASS_KEY}='{here}'"] if values == {here} else []
 
 
 def other_class(bp: BudgetPlan, here: str) -> str | None:
