@@ -18,11 +18,11 @@ import torch
 
 from headsweep import store
 from headsweep.config import SWEEPS_DIR
-from headsweep.machine import CLASS_KEY, NOT_RECORDED, class_slug, this_class
+from headsweep.machine import CLASS_KEY, this_class
 from headsweep.store import experiment_key, flat_key, read_record, settings_diff
 from headsweep.sweeps import planning
 from headsweep.sweeps.budget_rates import chosen_rate, rate_settings_apart, source_pins
-from headsweep.sweeps.classes import job_class
+from headsweep.sweeps.classes import class_pin, other_class
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse, finished_runs
 from headsweep.sweeps.specs import SweepError, load_spec, record_override, split_parameters
@@ -178,7 +178,7 @@ def plan_budgets(
     constants, _ = split_parameters(spec)
     pins = source_pins(origin, results, [*constants, *extra])
     pins += shared_overrides(name, results, [*constants, *extra, *pins])
-    pins += class_pin(name, results, [*extra, *pins])
+    pins += class_pin(name, results, [*extra, *pins], this_class(torch.cuda.is_available()))
     base = planning.plan(source, seeds, [*extra, *pins], specs_dir=specs_dir, results=None, name_as=name, **plan_kwargs)
     asked_lr = next((o.split("=", 1)[1] for o in extra if o.split("=", 1)[0] == "module.peak_lr"), None)
     finished = finished_runs(results.resolve(), skip=name) if results is not None else []
@@ -226,54 +226,6 @@ def plan_budgets(
         again.notes.insert(0, note)
         return again
     return bp
-
-
-def class_pin(name: str, results: Path | None, extra: list[str]) -> list[str]:
-    """machine_class=<this class> where the sweep's own finished runs were planned under it (other_class, on an
-    earlier command) and the command leaves it unset: a later command on this class plans their keys again."""
-    if results is None or any(o.lstrip("+~").split("=", 1)[0] == CLASS_KEY for o in extra):
-        return []
-    done = [p.parent for p in (results / name).glob(f"*/{store.RESULTS}") if is_complete(p.parent)]
-    values = {read_results(d)["config"].get(CLASS_KEY) for d in done} - {None}
-    here = this_class(torch.cuda.is_available())
-    return [f"{CLASS_KEY}='{here}'"] if values == {here} else []
-
-
-def other_class(bp: BudgetPlan, here: str) -> str | None:
-    """Where a trunk this command needs was trained on another machine class than `here`, what to do: a line saying
-    the plan trains this class's own (None where every such trunk is of this class, or new). Needed: a selected
-    trunk, the trunk of a selected branch, and the base's trunks wherever this command trains anything. bf16 kernels
-    differ between classes and the page reads a cell only against the base of its own class
-    (reports.pages.budgets_runs.by_class), so a branch here never continues another class's trunk, and a cell
-    trained here never leans on another class's base. A trunk the store shows from another budgets sweep is planned
-    again under machine_class=<here> (its own key: the store keeps both). One finished in this sweep's own
-    results/<name>/ keeps its name there, so a run trained here would share the sweep with another class's base:
-    that stops, in one line."""
-    trains = [
-        j for sweep in (bp.trunks, bp.branches) for j in sweep.jobs if sweep.selects(j) and not (j.done or j.same_as)
-    ]
-    bases = {bp.trunk_of[j.name].name for j in bp.branches.jobs if j.base}
-    needed = {bp.trunk_of[j.name].name for j in bp.branches.jobs if bp.branches.selects(j)}
-    needed |= bases if trains else set()
-    wanted = [j for j in bp.trunks.jobs if bp.trunks.selects(j) or j.name in needed]
-    other = [(j, c) for j in wanted if (c := job_class(j, here)) not in (here, NOT_RECORDED)]
-    if own := [(j, c) for j, c in other if j.done and trains]:
-        j, c = own[0]
-        raise SweepError(
-            f"{bp.name}'s {j.name} trained on {c} and this machine is {here}: a run trained here would be read "
-            f"against that class's base; plan this class's own under another name (NAME={bp.name}_{class_slug(here)}, "
-            f"its base first) or run on a machine of {c}"
-        )
-    shown = [(j, c) for j, c in other if not j.done]
-    if not shown:
-        return None
-    (j, c), more = shown[0], f" and {len(shown) - 1} more" if len(shown) > 1 else ""
-    unselected = sorted(bases - {t.name for t in bp.trunks.jobs if bp.trunks.selects(t)})
-    hint = f"; the base's trunks are not selected ({unselected[0]}, ...): select them too" if unselected else ""
-    return (
-        f"  the store's {j.name}{more} trained on {c}, and this machine is {here}: every trunk and branch is planned "
-        f"under {CLASS_KEY}='{here}' (its own identity), so no cell here is read against another class's base" + hint
-    )
 
 
 def add_cell(bp: BudgetPlan, template: Job, flat: dict, finished: list) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from headsweep.machine import NOT_RECORDED, class_slug, run_class, this_class
+from headsweep import store
+from headsweep.machine import CLASS_KEY, NOT_RECORDED, class_slug, run_class, this_class
 from headsweep.sweeps.jobs import Job, Sweep
 from headsweep.sweeps.reuse import find_reuse
-from headsweep.training.runs import read_results
+from headsweep.sweeps.specs import SweepError
+from headsweep.training.runs import is_complete, read_results
 
 
 def run_class_of(run_dir: Path) -> str:
@@ -91,3 +93,53 @@ def class_bases(sweep: Sweep, finished: list, flat: dict | None = None, args: st
                     file=out,
                 )
     return added
+
+
+# -- make budgets (sweeps.budget_plan): a trunk per class --------------------------------------------------------
+
+
+def class_pin(name: str, results: Path | None, extra: list[str], here: str | None) -> list[str]:
+    """machine_class=<this class> where the sweep's own finished runs were planned under it (other_class, on an
+    earlier command) and the command leaves it unset: a later command on this class plans their keys again."""
+    if results is None or any(o.lstrip("+~").split("=", 1)[0] == CLASS_KEY for o in extra):
+        return []
+    done = [p.parent for p in (results / name).glob(f"*/{store.RESULTS}") if is_complete(p.parent)]
+    values = {read_results(d)["config"].get(CLASS_KEY) for d in done} - {None}
+    return [f"{CLASS_KEY}='{here}'"] if values == {here} else []
+
+
+def other_class(bp, here: str) -> str | None:
+    """Where a trunk this command needs was trained on another machine class than `here`, what to do: a line saying
+    the plan trains this class's own (None where every such trunk is of this class, or new). Needed: a selected
+    trunk, the trunk of a selected branch, and the base's trunks wherever this command trains anything. bf16 kernels
+    differ between classes and the page reads a cell only against the base of its own class
+    (reports.pages.budgets_runs.by_class), so a branch here never continues another class's trunk, and a cell
+    trained here never leans on another class's base. A trunk the store shows from another budgets sweep is planned
+    again under machine_class=<here> (its own key: the store keeps both). One finished in this sweep's own
+    results/<name>/ keeps its name there, so a run trained here would share the sweep with another class's base:
+    that stops, in one line."""
+    trains = [
+        j for sweep in (bp.trunks, bp.branches) for j in sweep.jobs if sweep.selects(j) and not (j.done or j.same_as)
+    ]
+    bases = {bp.trunk_of[j.name].name for j in bp.branches.jobs if j.base}
+    needed = {bp.trunk_of[j.name].name for j in bp.branches.jobs if bp.branches.selects(j)}
+    needed |= bases if trains else set()
+    wanted = [j for j in bp.trunks.jobs if bp.trunks.selects(j) or j.name in needed]
+    other = [(j, c) for j in wanted if (c := job_class(j, here)) not in (here, NOT_RECORDED)]
+    if own := [(j, c) for j, c in other if j.done and trains]:
+        j, c = own[0]
+        raise SweepError(
+            f"{bp.name}'s {j.name} trained on {c} and this machine is {here}: a run trained here would be read "
+            f"against that class's base; plan this class's own under another name (NAME={bp.name}_{class_slug(here)}, "
+            f"its base first) or run on a machine of {c}"
+        )
+    shown = [(j, c) for j, c in other if not j.done]
+    if not shown:
+        return None
+    (j, c), more = shown[0], f" and {len(shown) - 1} more" if len(shown) > 1 else ""
+    unselected = sorted(bases - {t.name for t in bp.trunks.jobs if bp.trunks.selects(t)})
+    hint = f"; the base's trunks are not selected ({unselected[0]}, ...): select them too" if unselected else ""
+    return (
+        f"  the store's {j.name}{more} trained on {c}, and this machine is {here}: every trunk and branch is planned "
+        f"under {CLASS_KEY}='{here}' (its own identity), so no cell here is read against another class's base" + hint
+    )
