@@ -792,13 +792,15 @@ def test_a_row_run_at_one_rate_names_its_rate_checks_from_any_sweep_on_its_own_c
     assert "Rate check" not in earlier  # a row with a grid says its edges as before
 
 
-def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake_root, data):
+@pytest.mark.parametrize("sweep", ["table3_b_fan_in_start_budgets", "table3_b_fan_in_start_avx512_bf16_budgets"])
+def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake_root, data, sweep):
     """Issue 68: the Table 3 page's "verdict at 4x". Row B's cells under the new start, and its budgets sweep's 4x
     cooldown branches: the base at 35, d_k 8 at 33 (the paper's -0.7 is a cost; ours -2.0, clear of 0: agrees);
-    d_k 16 has only a 2x branch, so it is not read at 4x. The 1x verdicts do not change."""
+    d_k 16 has only a 2x branch, so it is not read at 4x. The 1x verdicts do not change. The budgets sweep may carry
+    a machine class in its name (make budgets NAME=<sweep>_<class>_budgets, where the store's base is another
+    class's): it is still the row's."""
     row_b(fake_root, data, "table3_b_fan_in_start", offsets=(30.0, 30.3, 30.2), protocol=["model.init=fan_in", *START])
     one_x = {(c["row"], c["cell"]): c["verdict"] for c in T.build(fake_root, T.read_paper(T.PAPER_CSV))["cells"]}
-    sweep = "table3_b_fan_in_start_budgets"
     for seed, noise in zip((1, 2, 3), (-0.1, 0.0, 0.1)):
         for dk, bleu, k in ((32, 35.0, 4), (8, 33.0, 4), (16, 36.0, 2)):
             role = f"budgets={{role:branch,budget:{k},base:{str(dk == 32).lower()}}}"
@@ -832,3 +834,22 @@ def test_a_new_start_cell_read_at_4x_gets_its_own_verdict_beside_the_1x_one(fake
     (line,) = rate_check_lines([("d_model 512", {0.001: 2.2, 0.002: 2.464}, 0.001)])
     assert "d_model 512 **0.001 2.200**, 0.002 2.464" in line and "Another rate" not in line
     assert line.endswith("ran at the best rate tried (tried on one side only: d_model 512).")
+
+
+def test_a_rows_budgets_sweeps_are_its_sweeps_budgets_under_any_class_tail_and_no_others(tmp_path):
+    """Issue 68: table3_budget reads <sweep>_budgets and <sweep>_<class>_budgets (the same cells' trunks on another
+    machine class, under their own name), not another sweep's whose name merely starts alike, nor a sweep that is
+    not a budgets sweep."""
+    from headsweep.reports.pages.table3_budget import budgets_sweeps
+
+    names = ["table3_c_start_budgets", "table3_c_start_avx512_bf16_budgets", "table3_c_start_fp32", "table3_c_start_edge",
+             "table3_c_startling_budgets", "table3_d_dropout_start_avx512_bf16_budgets", "table3_c_start_fp32_budgets"]  # fmt: skip
+    for name in names:
+        (tmp_path / name).mkdir()
+    assert budgets_sweeps(tmp_path, ["table3_c_start"]) == [
+        "table3_c_start_avx512_bf16_budgets", "table3_c_start_budgets", "table3_c_start_fp32_budgets"
+    ]  # fmt: skip
+    assert budgets_sweeps(tmp_path, ["table3_c_start_fp32"]) == ["table3_c_start_fp32_budgets"]
+    assert budgets_sweeps(tmp_path, ["table3_d_dropout_start_h200", "table3_d_dropout_start"]) == [
+        "table3_d_dropout_start_avx512_bf16_budgets"
+    ]

@@ -20,11 +20,21 @@ AT = 4  # the multiple of the ablation budget the column reads
 BUDGETS_SUFFIX = "_budgets"
 
 
+def budgets_sweeps(root: Path, sweeps: list[str]) -> list[str]:
+    """The budgets sweeps of root that belong to these row sweeps: <sweep>_budgets, or <sweep>_<tail>_budgets
+    (make budgets NAME=table3_c_start_avx512_bf16_budgets: the same cells on another machine class, its own base)."""
+    found = R.discover(root)
+    return [
+        d for d in found
+        if any(d == f"{s}{BUDGETS_SUFFIX}" or (d.startswith(f"{s}_") and d.endswith(BUDGETS_SUFFIX)) for s in sweeps)
+    ]  # fmt: skip
+
+
 def readings(root: Path, sweeps: list[str], k: float = AT) -> dict[tuple[str, str], tuple[dict, R.Cell, dict]]:
     """{(budgets sweep, cell label): (its machine class's summary, the cell, its gap at k)} as the budgets page
     computes them (budgets_runs: one base per machine class, Holm across the cells of a sweep at each budget). A
     cell read on several classes: the class with the most seeds at k."""
-    names = [f"{s}{BUDGETS_SUFFIX}" for s in dict.fromkeys(sweeps) if (root / f"{s}{BUDGETS_SUFFIX}").is_dir()]
+    names = budgets_sweeps(root, sweeps)
     if not names:
         return {}
     data = R.load(root, names)
@@ -57,8 +67,11 @@ def at_budget(root: Path, rows: dict, cells: list[dict], k: float = AT) -> None:
     k-times verdict and the numbers behind it, or the state "not run yet". rows: the protocol's row infos (their
     sweeps name the budgets sweeps). The numbers are the budgets page's (readings); the verdict is verdicts.verdict's
     rule on them, so the two pages never read one cell two ways."""
-    sweeps = {row: [f"{s}{BUDGETS_SUFFIX}" for s in info.get("sweeps") or []] for row, info in rows.items()}
-    read = readings(root, [s for info in rows.values() for s in info.get("sweeps") or []], k)
+    # A row's budgets sweeps: those of the sweeps it shows and of those they stand in for (instead_of: the CPU's
+    # table3_c_start where table3_c_start_fp32 is shown), so every machine class's trunks are read.
+    own = {row: [*(info.get("sweeps") or []), *((info.get("instead_of") or [[]])[0])] for row, info in rows.items()}
+    sweeps = {row: budgets_sweeps(root, names) for row, names in own.items()}
+    read = readings(root, [s for names in own.values() for s in names], k)
     for c in cells:
         c["at_4x"] = {"state": "not run yet"}
         got = next((read[(s, c.get("label"))] for s in sweeps.get(c["row"], []) if (s, c.get("label")) in read), None)
