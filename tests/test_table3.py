@@ -842,8 +842,10 @@ def test_a_rows_budgets_sweeps_are_its_sweeps_budgets_under_any_class_tail_and_n
     not a budgets sweep."""
     from headsweep.reports.pages.table3_budget import budgets_sweeps
 
-    names = ["table3_c_start_budgets", "table3_c_start_avx512_bf16_budgets", "table3_c_start_fp32", "table3_c_start_edge",
-             "table3_c_startling_budgets", "table3_d_dropout_start_avx512_bf16_budgets", "table3_c_start_fp32_budgets"]  # fmt: skip
+    names = [
+        "table3_c_start_budgets", "table3_c_start_avx512_bf16_budgets", "table3_c_start_fp32", "table3_c_start_edge",
+        "table3_c_startling_budgets", "table3_d_dropout_start_avx512_bf16_budgets", "table3_c_start_fp32_budgets",
+    ]  # fmt: skip
     for name in names:
         (tmp_path / name).mkdir()
     assert budgets_sweeps(tmp_path, ["table3_c_start"]) == [
