@@ -28,11 +28,13 @@ def paired_interval(diffs: list[float]) -> tuple[float, float | None]:
     return mean, float(stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs)))
 
 
-def difference_interval(base: list[float], cell: list[float]) -> dict:
+def difference_interval(base: list[float], cell: list[float], spread: tuple[float, int] | None = None) -> dict:
     """cell mean - base mean over seeds with a 95% interval and two-sided p: {diff, lo, hi, p, method}.
     Welch's t (scipy) where both have 2+ seeds; where the cell has one seed, its spread is taken to be the base's
     (t with n_base - 1 degrees of freedom, standard error sd_base * sqrt(1 + 1/n_base)): a budgets cell trains
-    one seed, the base three. No interval (lo, hi, p None) without 2+ seeds of the base, or where the spread is 0."""
+    one seed, the base three. spread=(sd, dof): that seed sd instead of this base's own (the base's pooled over
+    budgets: three seeds can agree to 0.01 BLEU by chance). No interval (lo, hi, p None) without 2+ seeds of the
+    base, or where the spread is 0."""
     diff = statistics.fmean(cell) - statistics.fmean(base)
     out = {"diff": diff, "lo": None, "hi": None, "p": None, "method": None}
     if len(base) < 2 or not cell:
@@ -44,7 +46,8 @@ def difference_interval(base: list[float], cell: list[float]) -> dict:
         ci = test.confidence_interval(0.95)
         lo, hi, p, method = float(ci.low), float(ci.high), float(test.pvalue), "Welch"
     else:
-        se, dof = statistics.stdev(base) * math.sqrt(1 + 1 / len(base)), len(base) - 1
+        sd, dof = spread if spread is not None else (statistics.stdev(base), len(base) - 1)
+        se = sd * math.sqrt(1 + 1 / len(base))
         if se == 0:
             return out
         half = float(stats.t.ppf(0.975, dof)) * se

@@ -5,11 +5,12 @@ cooldown branches of `make budgets` (one constant-rate trunk per cell and seed, 
     make budgets-report [SWEEPS=..]
 
 Per cell and budget: test BLEU (beam 4) and final val loss minus the base's at that budget, with a 95% interval over
-seeds (the seed is the unit of replication: Welch's t where both have 2+ seeds; where the cell has one seed, the base's
-spread stands for its own), the base's seed sd as the noise band, a verdict word (better | worse | level: the
-interval's side of zero) and how it moved from the first budget (holds | flips | appears | fades); Kendall's tau of
-the cells' order between budgets; the base's 1x branch against its linear-decay 1x run; learning curves. Until every
-planned trunk and branch has finished the page says "partial" and lists what is missing.
+seeds (the seed is the unit of replication: Welch's t where both have 2+ seeds; where the cell has one seed, the
+base's spread, pooled over its budgets, stands for its own), the base's seed sd as the noise band, a verdict word
+(better | worse | level: the interval's side of zero) and how it moved from the first budget (holds | flips |
+appears | fades); Kendall's tau of the cells' order between budgets; the base's 1x branch against its linear-decay
+1x run; learning curves. Until every planned trunk and branch has finished the page says "partial" and lists what is
+missing.
 
 Without --sweeps, every folder of --root with make budgets' note (.budgets.json) or named *_budgets. A run two sweeps
 show (the base trunk every row shares) is counted once, and cells are matched across sweeps by their settings. Each
@@ -41,7 +42,8 @@ HEAD = "Verdicts across budgets: each cell against the base at several multiples
 METHOD = (
     "Gap: the cell's mean over seeds minus the base's at the same budget (test BLEU, beam 4; final val loss). 95% "
     "interval: Welch's t over seeds where both have 2+ seeds; where the cell has one seed, its spread is taken to be "
-    "the base's (t with n_base - 1 degrees of freedom, standard error sd_base · sqrt(1 + 1/n_base)). Only runs of one "
+    "the base's seed sd pooled over its budgets (t with the pooled degrees of freedom, standard error "
+    "sd_pooled · sqrt(1 + 1/n_base); one budget's three seeds can agree to 0.01 BLEU by chance). Only runs of one "
     "machine class are compared: each class has its own base and section. Verdict on test BLEU: better or worse "
     "where the p of that interval's test, Holm-adjusted across the cells of its sweep at that budget (the family "
     "Table 3's verdicts use), is below 0.05, inconclusive where it is not, untested without a p (the sweep pages' "
@@ -224,7 +226,7 @@ def gaps_png(
     plt.close(fig)
     return path, (
         "Each cell's test BLEU minus the base's at each budget, with its 95% interval (Welch over seeds; the base's "
-        "spread for a one-seed cell); grey: the base's seed sd at that budget, the noise band."
+        "spread pooled over budgets for a one-seed cell); grey: the base's seed sd at that budget, the noise band."
     )
 
 
